@@ -1,0 +1,61 @@
+#include "core/memory.h"
+
+#include <cstdlib>
+#include <new>
+#include <stdexcept>
+
+namespace remat {
+
+const char* to_string(MemoryCategory category) {
+  switch (category) {
+    case MemoryCategory::kParameters: return "parameters";
+    case MemoryCategory::kGradients: return "gradients";
+    case MemoryCategory::kOptimizerState: return "optimizer_state";
+    case MemoryCategory::kActivations: return "activations";
+    case MemoryCategory::kTemporaries: return "temporaries";
+  }
+  return "?";
+}
+
+int64_t MemorySnapshot::total() const {
+  int64_t sum = 0;
+  for (int64_t b : bytes) sum += b;
+  return sum;
+}
+
+void* Allocator::allocate(int64_t bytes, MemoryCategory category) {
+  if (bytes < 0) throw std::logic_error("negative allocation");
+  void* pointer = nullptr;
+  if (!counting_only_ && bytes > 0) {
+    const size_t rounded = (static_cast<size_t>(bytes) + 63) / 64 * 64;
+    pointer = std::aligned_alloc(64, rounded);
+    if (pointer == nullptr) throw std::bad_alloc();
+  }
+  current_.bytes[static_cast<int>(category)] += bytes;
+  update_peak();
+  return pointer;
+}
+
+void Allocator::release(void* pointer, int64_t bytes, MemoryCategory category) {
+  std::free(pointer);
+  current_.bytes[static_cast<int>(category)] -= bytes;
+}
+
+void Allocator::recategorize(int64_t bytes, MemoryCategory from, MemoryCategory to) {
+  current_.bytes[static_cast<int>(from)] -= bytes;
+  current_.bytes[static_cast<int>(to)] += bytes;
+}
+
+void Allocator::update_peak() {
+  if (current_.total() > peak_.total()) {
+    peak_ = current_;
+    peak_label_ = label_ ? *label_ : std::string();
+  }
+}
+
+void Allocator::reset_peak() {
+  peak_ = current_;
+  peak_label_ = label_ ? *label_ : std::string();
+}
+
+}  // namespace remat

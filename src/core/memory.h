@@ -1,0 +1,71 @@
+// The accounting allocator: every byte the engine holds goes through it,
+// tagged with what it is for, so the peak and its breakdown are exact.
+//
+// Invariants:
+//  - current(c) is the sum of the sizes of live allocations of category c;
+//  - peak() is the largest current total seen since the last reset_peak();
+//  - at_peak() is the per-category breakdown at the moment that peak was set.
+// Sizes are the bytes requested, not the rounded-up bytes malloc hands out, so
+// a planner that replays the same requests predicts the same numbers.
+//
+// In counting-only mode nothing is allocated: allocate() returns nullptr and
+// only the books are kept. The planner uses that mode to replay a schedule.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+
+namespace remat {
+
+enum class MemoryCategory : int {
+  kParameters = 0,
+  kGradients,
+  kOptimizerState,
+  kActivations,   // values kept from the forward pass for the backward pass
+  kTemporaries,   // everything short-lived: transient values, recomputed
+                  // values, activation gradients, kernel workspaces
+};
+constexpr int kNumMemoryCategories = 5;
+const char* to_string(MemoryCategory category);
+
+struct MemorySnapshot {
+  std::array<int64_t, kNumMemoryCategories> bytes{};
+  int64_t total() const;
+  int64_t operator[](MemoryCategory c) const { return bytes[static_cast<int>(c)]; }
+};
+
+class Allocator {
+ public:
+  explicit Allocator(bool counting_only = false) : counting_only_(counting_only) {}
+  Allocator(const Allocator&) = delete;
+  Allocator& operator=(const Allocator&) = delete;
+
+  // Returns 64-byte aligned memory (nullptr for 0 bytes or counting-only).
+  void* allocate(int64_t bytes, MemoryCategory category);
+  void release(void* pointer, int64_t bytes, MemoryCategory category);
+  // Moves accounted bytes from one category to another without touching the
+  // memory (e.g. a kept activation whose buffer becomes a gradient in place).
+  void recategorize(int64_t bytes, MemoryCategory from, MemoryCategory to);
+
+  bool counting_only() const { return counting_only_; }
+  const MemorySnapshot& current() const { return current_; }
+  int64_t peak() const { return peak_.total(); }
+  const MemorySnapshot& at_peak() const { return peak_; }
+  // A label for the moment of the peak, set by whoever drives the allocator
+  // (the executor names the op it is running).
+  const std::string& peak_label() const { return peak_label_; }
+  void set_label(const std::string* label) { label_ = label; }
+  void reset_peak();
+
+ private:
+  void update_peak();
+
+  bool counting_only_;
+  MemorySnapshot current_;
+  MemorySnapshot peak_;
+  const std::string* label_ = nullptr;
+  std::string peak_label_;
+};
+
+}  // namespace remat

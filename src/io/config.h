@@ -1,0 +1,108 @@
+// The job config: one typed struct whose sections mirror torchtitan's job
+// config (../shared/spec.md §1). Loaded from TOML, then overridden from the
+// command line with `--section.key value` or `--section.key=value`.
+//
+// Every problem (unknown section or key, wrong type, out-of-range value,
+// unreadable file) throws InputError naming the key, the value and what was
+// expected. Nothing here touches output files.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace remat {
+
+struct JobConfig {
+  struct Job {
+    std::string description;
+    std::string dump_folder = "./outputs";
+  } job;
+  struct Model {
+    std::string name = "llama3";          // "llama3" | "llama4"
+    std::string flavor = "debugmodel";
+    int64_t vocab_size = 0;               // 0: the flavor's default
+    std::string tokenizer = "byte";
+    // Architecture overrides on top of the flavor (0 / negative: flavor's).
+    // Used for test models and the benchmark's wider model.
+    int64_t dim = 0;
+    int64_t n_layers = 0;
+    int64_t n_heads = 0;
+    int64_t n_kv_heads = 0;
+    double ffn_dim_multiplier = 0;
+    int64_t multiple_of = 0;
+    // llama4 only
+    int64_t num_experts = 0;
+    int64_t top_k = 0;
+    int64_t interleave_moe_layer_step = 0;
+    std::string score_func;               // "" (flavor's), "softmax", "sigmoid"
+  } model;
+  struct Training {
+    int64_t local_batch_size = 8;
+    int64_t seq_len = 2048;
+    int64_t steps = 10;                   // >= 0; 0 builds and reports only
+    double max_norm = 1.0;
+    int64_t seed = 0;
+    std::string dataset = "fortunes";     // built-in default dataset name
+    std::string dataset_path;             // a .txt, .jsonl or .npy file
+    int64_t threads = 0;                  // 0: all cores
+  } training;
+  struct Optimizer {
+    std::string name = "AdamW";
+    double lr = 8e-4;
+    double eps = 1e-8;
+    double weight_decay = 0.1;
+    double beta1 = 0.9;
+    double beta2 = 0.95;
+  } optimizer;
+  struct LrScheduler {
+    int64_t warmup_steps = 2;
+    double decay_ratio = 0.8;
+    std::string decay_type = "linear";    // "linear" | "sqrt" | "cosine"
+    double lr_min = 0.0;
+  } lr_scheduler;
+  struct ActivationCheckpoint {
+    std::string mode = "selective";       // none | full | selective | memory_budget
+    std::string selective_ac_option = "2";  // "op" or a decimal integer
+    double selective_op_ac_mm_flops_threshold = 0;
+    std::vector<std::string> per_op_sac_force_recompute_mm_by_fqns = {"moe.router.gate"};
+    bool log_mm_flops = false;
+    std::string memory_budget;            // fraction "0.5" or size "12GiB"
+  } activation_checkpoint;
+  struct Metrics {
+    int64_t log_freq = 1;
+    std::string jsonl_path;               // "" : no machine-readable metrics
+    double peak_flops = 0;                // FLOP/s; 0: measure at start-up
+  } metrics;
+  struct Checkpoint {
+    bool enable = false;
+    std::string folder = "checkpoint";    // under job.dump_folder
+    int64_t interval = 500;
+    std::string load;                     // a .safetensors file to start from
+    bool create_seed_checkpoint = false;
+  } checkpoint;
+  struct Validation {
+    bool enabled = false;
+    std::string dataset;                  // a .npy token file (or text)
+    int64_t freq = 10;
+    int64_t steps = -1;                   // -1: the whole file
+  } validation;
+  struct Parallelism {
+    int64_t data_parallel_shard_degree = 1;
+  } parallelism;
+  struct Memory {
+    std::string limit;                    // e.g. "16GiB"; "" : physical RAM
+  } memory;
+};
+
+// Reads the TOML file (missing/unreadable/directory -> InputError), applies
+// the overrides (argv-style: "--section.key", "value" or "--section.key=value"),
+// then validates ranges. Returns the config.
+JobConfig load_job_config(const std::string& path,
+                          const std::vector<std::string>& overrides);
+
+// Applies TOML text (for tests); same checks as load_job_config.
+JobConfig parse_job_config(const std::string& toml_text, const std::string& source_name,
+                           const std::vector<std::string>& overrides);
+
+}  // namespace remat

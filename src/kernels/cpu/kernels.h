@@ -1,0 +1,102 @@
+// CPU kernels: plain functions over raw fp32 buffers, no model logic.
+//
+// Conventions (every kernel):
+//  - activations are row-major; a "token row" index t runs over batch*seq;
+//    per-head tensors are laid out [batch, seq, heads, head_dim];
+//  - forward kernels OVERWRITE their outputs;
+//  - backward kernels ACCUMULATE (+=) into every gradient they produce
+//    (activation gradients and parameter gradients alike); the caller zeroes;
+//  - results are deterministic for a given thread count: every output element
+//    is owned by one thread and reductions run in a fixed order;
+//  - kernels allocate nothing large; scratch whose size grows with the
+//    problem is passed in as `workspace` and sized by the *_workspace_floats
+//    functions, so the engine can account for it.
+#pragma once
+
+#include <cstdint>
+
+namespace remat::cpu {
+
+// Sets the thread count used by OpenMP kernels and OpenBLAS.
+void set_num_threads(int threads);
+int num_threads();
+
+// --- embedding: out[t, :] = table[tokens[t], :]
+void embedding_forward(const int32_t* tokens, int64_t n_tokens, const float* table,
+                       int64_t dim, float* out);
+// dtable[tokens[t], :] += dout[t, :]
+void embedding_backward(const int32_t* tokens, int64_t n_tokens, const float* dout,
+                        int64_t dim, int64_t vocab, float* dtable);
+
+// --- RMSNorm over the last dim: out = x * rstd * w, rstd[r] = 1/sqrt(mean(x^2)+eps)
+void rmsnorm_forward(const float* x, const float* weight, int64_t rows, int64_t dim,
+                     float eps, float* out, float* rstd);
+void rmsnorm_backward(const float* dout, const float* x, const float* weight,
+                      const float* rstd, int64_t rows, int64_t dim, float* dx,
+                      float* dweight);
+
+// --- linear (no bias), PyTorch weight layout: y[m, n] = x[m, k] @ w[n, k]^T
+void linear_forward(const float* x, const float* w, int64_t m, int64_t k, int64_t n,
+                    float* y);
+// dx[m, k] += dy @ w ; dw[n, k] += dy^T @ x
+void linear_backward(const float* dy, const float* x, const float* w, int64_t m,
+                     int64_t k, int64_t n, float* dx, float* dw);
+
+// --- RoPE, torchtitan's pair layout: for position p (= index within seq) and
+// pair i of a head, (x[2i], x[2i+1]) is rotated by angle p * theta^(-2i/head_dim).
+// Angles are computed in double precision, then cos/sin rounded to float.
+void rope_forward(const float* x, int64_t batch, int64_t seq, int64_t heads,
+                  int64_t head_dim, double theta, float* out);
+void rope_backward(const float* dout, int64_t batch, int64_t seq, int64_t heads,
+                   int64_t head_dim, double theta, float* dx);
+
+// --- causal grouped-query attention, scaled by 1/sqrt(head_dim).
+// q, out: [batch, seq, heads, head_dim]; k, v: [batch, seq, kv_heads, head_dim];
+// query head h uses kv head h / (heads / kv_heads).
+// lse: [batch, heads, seq], natural-log log-sum-exp of each scaled score row.
+// Never materialises a seq x seq matrix: tiles of queries x keys.
+void attention_forward(const float* q, const float* k, const float* v, int64_t batch,
+                       int64_t seq, int64_t heads, int64_t kv_heads, int64_t head_dim,
+                       float* out, float* lse);
+int64_t attention_backward_workspace_floats(int64_t batch, int64_t seq, int64_t heads);
+void attention_backward(const float* dout, const float* q, const float* k,
+                        const float* v, const float* out, const float* lse,
+                        int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
+                        int64_t head_dim, float* dq, float* dk, float* dv,
+                        float* workspace);
+
+// --- SwiGLU gate: out = silu(a) * b, elementwise over n
+void silu_mul_forward(const float* a, const float* b, int64_t n, float* out);
+void silu_mul_backward(const float* dout, const float* a, const float* b, int64_t n,
+                       float* da, float* db);
+
+// --- residual add: out = a + b; backward: da += dout, db += dout
+void add_forward(const float* a, const float* b, int64_t n, float* out);
+void add_backward(const float* dout, int64_t n, float* da, float* db);
+
+// --- cross-entropy, mean over rows. logits: [rows, vocab]; lse: [rows].
+// Returns the mean loss (summed in double, in row order).
+double cross_entropy_forward(const float* logits, const int32_t* targets, int64_t rows,
+                             int64_t vocab, float* lse);
+// Turns logits into their gradient IN PLACE: logits[r, :] <- (softmax - onehot)
+// * scale (scale = dloss / rows). No second copy of the logits exists. This is
+// the one backward that overwrites rather than accumulates.
+void cross_entropy_backward_inplace(float* logits, const int32_t* targets,
+                                    const float* lse, int64_t rows, int64_t vocab,
+                                    float scale);
+
+// --- optimizer helpers
+// Sum of squares in double, deterministic (fixed chunking, fixed order).
+double sum_squares(const float* x, int64_t n);
+void scale_inplace(float* x, int64_t n, float factor);
+// AdamW, decoupled weight decay, bias-corrected; step counts from 1.
+void adamw_update(float* param, const float* grad, float* exp_avg, float* exp_avg_sq,
+                  int64_t n, float lr, float beta1, float beta2, float eps,
+                  float weight_decay, int64_t step);
+
+// --- machine peak: measured fp32 FMA throughput (FLOP/s) over `threads`
+// threads, with AVX2 FMA on 8-wide vectors and enough independent chains to
+// cover latency. Takes about `seconds` of wall time.
+double measure_peak_flops(int threads, double seconds = 0.2);
+
+}  // namespace remat::cpu
