@@ -1,0 +1,34 @@
+// AC policies (spec.md §2): turn a program into a plan. The policy reads
+// only op classes, FLOPs, FQNs and block indices; it names no model and no
+// particular op.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "ac/plan.h"
+
+namespace remat {
+
+struct AcOptions {
+  enum class Mode { kNone, kFull, kSelectiveLayer, kSelectiveOp } mode = Mode::kSelectiveOp;
+  int64_t layer_frequency = 2;                 // selective layer AC: every N-th block
+  double mm_flops_threshold = 0;               // op AC
+  std::vector<std::string> force_recompute_fqns = {"moe.router.gate"};  // op AC
+};
+
+// From the [activation_checkpoint] section (mode, selective_ac_option,
+// threshold, filter). InputError for values it cannot interpret.
+struct JobConfig;
+AcOptions ac_options_from_config(const JobConfig& config);
+std::string describe(const AcOptions& options);
+
+Plan make_plan(const Program& program, const AcOptions& options);
+
+// A plan that keeps nothing for a backward pass (evaluation).
+Plan make_inference_plan(const Program& program);
+
+// Substring match where '*' matches any run of characters.
+bool fqn_matches(const std::string& fqn, const std::string& pattern);
+
+}  // namespace remat

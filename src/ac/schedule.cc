@@ -1,0 +1,94 @@
+#include "ac/schedule.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace remat {
+
+const char* to_string(Step::Kind kind) {
+  switch (kind) {
+    case Step::Kind::kForward: return "forward";
+    case Step::Kind::kRecompute: return "recompute";
+    case Step::Kind::kBackward: return "backward";
+  }
+  return "?";
+}
+
+Schedule make_schedule(const Program& program, const Plan& plan, bool with_backward) {
+  Schedule schedule;
+  schedule.with_backward = with_backward;
+  schedule.keep = with_backward ? plan.keep : std::vector<bool>(program.values.size(), false);
+  const auto n_nodes = static_cast<int32_t>(program.nodes.size());
+
+  for (int32_t n = 0; n < n_nodes; ++n) {
+    schedule.steps.push_back({Step::Kind::kForward, n, {}});
+  }
+  if (with_backward) {
+    int32_t current_block = -2;
+    for (int32_t n = n_nodes - 1; n >= 0; --n) {
+      const int32_t block = program.nodes[n].block;
+      if (block != current_block) {
+        current_block = block;
+        // Rebuild what this block's backward needs, in forward order, before
+        // any of its backward steps run.
+        for (int32_t r = 0; r < n_nodes; ++r) {
+          if (plan.recompute[r] && program.nodes[r].block == block) {
+            schedule.steps.push_back({Step::Kind::kRecompute, r, {}});
+          }
+        }
+      }
+      schedule.steps.push_back({Step::Kind::kBackward, n, {}});
+    }
+  }
+
+  // A value lives from its producer's forward step to its last forward
+  // reader, unless the plan keeps it, in which case it lives on into the
+  // backward phase. A recomputed value has a second life, from its recompute
+  // step to its last backward-phase reader.
+  const size_t n_values = program.values.size();
+  auto survives_forward = [&](ValueId v) {
+    return v == program.loss || (with_backward && plan.keep[v]);
+  };
+  std::vector<int64_t> forward_last(n_values, -1);
+  std::vector<int64_t> backward_last(n_values, -1);
+  std::vector<bool> moved_into_grad(n_values, false);
+  for (size_t s = 0; s < schedule.steps.size(); ++s) {
+    const Step& step = schedule.steps[s];
+    const Node& node = program.nodes[step.node];
+    const auto idx = static_cast<int64_t>(s);
+    switch (step.kind) {
+      case Step::Kind::kForward:
+        for (ValueId v : node.inputs) forward_last[v] = idx;
+        for (ValueId out : node.outputs) forward_last[out] = std::max(forward_last[out], idx);
+        break;
+      case Step::Kind::kRecompute:
+        for (ValueId v : node.inputs) backward_last[v] = idx;
+        for (ValueId out : node.outputs) backward_last[out] = std::max(backward_last[out], idx);
+        break;
+      case Step::Kind::kBackward:
+        for (ValueId v : saved_values(node)) backward_last[v] = idx;
+        if (op_info(node.kind).grad_in_place_of_input0) moved_into_grad[node.inputs[0]] = true;
+        break;
+    }
+  }
+  for (size_t i = 0; i < n_values; ++i) {
+    const auto v = static_cast<ValueId>(i);
+    if (!survives_forward(v)) {
+      schedule.steps[forward_last[v]].free_after.push_back(v);
+    }
+    if (v == program.loss || moved_into_grad[v]) continue;  // the trainer reads the
+    // loss; a buffer moved into its gradient is released as that gradient
+    const bool lives_in_backward =
+        plan.keep[v] || (with_backward && plan.recompute[program.values[v].producer]);
+    if (with_backward && lives_in_backward) {
+      if (backward_last[v] < 0) {
+        throw std::logic_error("kept value never read by the backward pass: " +
+                               program.values[v].name);
+      }
+      schedule.steps[backward_last[v]].free_after.push_back(v);
+    }
+  }
+  return schedule;
+}
+
+}  // namespace remat

@@ -1,0 +1,33 @@
+// The schedule: a plan laid out in time. One list of steps (forward, then per
+// block recompute + backward, in reverse), each saying which values die right
+// after it. The executor runs it; the planner replays it without kernels.
+// Because both read this one list, predicted and measured memory agree.
+#pragma once
+
+#include <vector>
+
+#include "ac/plan.h"
+
+namespace remat {
+
+struct Step {
+  enum class Kind { kForward, kRecompute, kBackward } kind;
+  int32_t node;
+  // Values released right after this step (their last use).
+  std::vector<ValueId> free_after;
+};
+
+struct Schedule {
+  std::vector<Step> steps;
+  bool with_backward = true;
+  // Per value: the forward pass keeps it for the backward pass.
+  std::vector<bool> keep;
+};
+
+// with_backward = false: a forward-only schedule (evaluation); every value
+// but the loss dies after its last forward use.
+Schedule make_schedule(const Program& program, const Plan& plan, bool with_backward);
+
+const char* to_string(Step::Kind kind);
+
+}  // namespace remat

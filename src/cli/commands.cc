@@ -1,0 +1,109 @@
+#include "cli/commands.h"
+
+#include <cstdio>
+#include <exception>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "io/config.h"
+#include "train/trainer.h"
+
+namespace remat {
+
+namespace {
+
+const char* kUsage =
+    "usage: remat <command> --config FILE [--section.key value ...]\n"
+    "commands:\n"
+    "  train   train the model the config describes\n"
+    "  eval    print the validation loss of --checkpoint.load on --validation.dataset\n"
+    "  grads   one forward/backward pass; --tokens FILE.npy --out FILE.safetensors\n"
+    "          (the gradient dump the PyTorch oracle test compares)\n"
+    "Any config key can be overridden as --section.key value or --section.key=value.\n";
+
+struct Arguments {
+  std::string command;
+  std::string config_path;
+  std::map<std::string, std::string> extra;  // command-specific flags
+  std::vector<std::string> overrides;
+};
+
+// Splits argv into the command, --config, command-specific flags and config
+// overrides (everything else, checked by the config loader).
+Arguments parse_arguments(int argc, char** argv, const std::vector<std::string>& extra_flags) {
+  Arguments a;
+  if (argc < 2) throw InputError(std::string("missing command\n") + kUsage);
+  a.command = argv[1];
+  for (int i = 2; i < argc; ++i) {
+    std::string arg = argv[i];
+    std::string value;
+    bool has_value = false;
+    if (auto eq = arg.find('='); arg.rfind("--", 0) == 0 && eq != std::string::npos) {
+      value = arg.substr(eq + 1);
+      arg = arg.substr(0, eq);
+      has_value = true;
+    }
+    bool is_extra = arg == "--config";
+    for (const std::string& f : extra_flags) is_extra = is_extra || arg == "--" + f;
+    if (!is_extra) {
+      a.overrides.push_back(argv[i]);
+      continue;
+    }
+    if (!has_value) {
+      if (i + 1 >= argc) throw InputError("option " + arg + " needs a value");
+      value = argv[++i];
+    }
+    if (arg == "--config") {
+      a.config_path = value;
+    } else {
+      a.extra[arg.substr(2)] = value;
+    }
+  }
+  if (a.config_path.empty()) {
+    throw InputError("missing --config FILE (e.g. --config configs/llama3_debug.toml)");
+  }
+  return a;
+}
+
+int dispatch(int argc, char** argv) {
+  const std::string command = argc >= 2 ? argv[1] : "";
+  if (command == "-h" || command == "--help" || command == "help") {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  if (command == "train" || command == "eval") {
+    Arguments a = parse_arguments(argc, argv, {});
+    JobConfig config = load_job_config(a.config_path, a.overrides);
+    return command == "train" ? run_train(config) : run_eval(config);
+  }
+  if (command == "grads") {
+    Arguments a = parse_arguments(argc, argv, {"tokens", "out"});
+    if (!a.extra.count("tokens") || !a.extra.count("out")) {
+      throw InputError("grads needs --tokens FILE.npy and --out FILE.safetensors");
+    }
+    JobConfig config = load_job_config(a.config_path, a.overrides);
+    return run_dump_gradients(config, a.extra["tokens"], a.extra["out"]);
+  }
+  throw InputError("unknown command '" + command + "' (expected train, eval or grads)\n" +
+                   kUsage);
+}
+
+}  // namespace
+
+int run_cli(int argc, char** argv) {
+  try {
+    return dispatch(argc, argv);
+  } catch (const InputError& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "internal error: %s\n", e.what());
+    return 1;
+  }
+}
+
+}  // namespace remat

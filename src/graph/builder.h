@@ -1,0 +1,44 @@
+// Builds a Program op by op, inferring output shapes, so model code reads
+// like the model's forward pass.
+#pragma once
+
+#include <string>
+
+#include "graph/program.h"
+
+namespace remat {
+
+class ProgramBuilder {
+ public:
+  ProgramBuilder(int64_t batch, int64_t seq);
+
+  ParamId param(const std::string& fqn, Shape shape, ParamInit init);
+  // Nodes added after this belong to block `block` (-1: outside any block).
+  void set_block(int32_t block) { block_ = block; }
+
+  ValueId embedding(const std::string& fqn, ParamId table);
+  // Returns the normalised output (the rstd statistic is a second output).
+  ValueId rmsnorm(const std::string& fqn, ValueId x, ParamId weight, float eps);
+  ValueId linear(const std::string& fqn, ValueId x, ParamId weight);
+  ValueId rope(const std::string& fqn, ValueId x, int64_t heads, int64_t head_dim,
+               double theta);
+  ValueId attention(const std::string& fqn, ValueId q, ValueId k, ValueId v,
+                    int64_t heads, int64_t kv_heads, int64_t head_dim);
+  ValueId silu_mul(const std::string& fqn, ValueId a, ValueId b);
+  ValueId add(const std::string& fqn, ValueId a, ValueId b);
+  // Sets program.loss.
+  ValueId cross_entropy(const std::string& fqn, ValueId logits);
+
+  Program finish();
+
+ private:
+  // Appends a node, creates its outputs with inferred shapes, returns output 0.
+  ValueId add_node(OpKind kind, const std::string& fqn, std::vector<ValueId> inputs,
+                   std::vector<ParamId> params, const OpAttrs& attrs);
+  const Shape& shape(ValueId v) const { return program_.values[v].shape; }
+
+  Program program_;
+  int32_t block_ = -1;
+};
+
+}  // namespace remat

@@ -1,0 +1,66 @@
+// Op kinds and what the rest of the engine may know about each, without
+// running it: output shapes, FLOPs, which tensors its backward reads, and
+// the class the AC policy reasons about (the policy never names an op).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace remat {
+
+enum class OpKind {
+  kEmbedding,     // (tokens) -> [rows, dim]                     params: table
+  kRmsNorm,       // x -> out, rstd[rows]                          params: weight
+  kLinear,        // x[m, k] -> y[m, n]                            params: w[n, k]
+  kRope,          // x[b, s, h, d] -> rotated
+  kAttention,     // q, k, v -> out, lse[b, h, s]
+  kSiluMul,       // a, b -> silu(a) * b
+  kAdd,           // a, b -> a + b
+  kCrossEntropy,  // logits[rows, vocab] (targets) -> loss[1], lse[rows]
+};
+
+// What the AC policy reasons about.
+enum class OpClass {
+  kMatmul,          // a projection: candidates for "save every other matmul"
+  kAttentionCore,   // always kept by op-level AC (output and statistics)
+  kOther,           // cheap to recompute
+};
+
+// The dimensions a kernel needs; which fields are used depends on the kind.
+struct OpAttrs {
+  int64_t m = 0, k = 0, n = 0;                 // linear: rows, in, out
+  int64_t rows = 0, dim = 0;                   // embedding, norm, elementwise, CE
+  int64_t batch = 0, seq = 0, heads = 0, kv_heads = 0, head_dim = 0;
+  double theta = 0;                            // rope
+  float eps = 0;                               // rmsnorm
+};
+
+struct OpInfo {
+  const char* name;
+  OpClass op_class;
+  int num_inputs;
+  int num_outputs;
+  // Bitmasks of the inputs / outputs the backward reads (bit i = index i).
+  uint32_t saved_inputs;
+  uint32_t saved_outputs;
+  // The backward turns input 0 into its own gradient in place (cross-entropy:
+  // dlogits overwrites logits, so no second copy of the logits ever exists).
+  bool grad_in_place_of_input0;
+};
+
+const OpInfo& op_info(OpKind kind);
+
+struct Node;
+// Output shapes for a node whose attrs are set.
+std::vector<Shape> infer_output_shapes(const Node& node);
+// Model FLOPs: matrix multiplications only (projections and the attention
+// core), the convention MFU uses; pointwise ops count 0. Attention counts the
+// full (non-causal) score matrix, as torchtitan's 12*L*H*D*S term does.
+int64_t forward_flops(const Node& node);
+int64_t backward_flops(const Node& node);
+// Scratch the backward kernel needs, in floats (accounted as temporaries).
+int64_t backward_workspace_floats(const Node& node);
+
+}  // namespace remat

@@ -1,0 +1,26 @@
+#include "graph/program.h"
+
+namespace remat {
+
+int64_t Program::num_parameters() const {
+  int64_t n = 0;
+  for (const Param& p : params) {
+    if (p.trainable) n += numel(p.shape);
+  }
+  return n;
+}
+
+std::vector<int32_t> Program::consumers(ValueId v) const {
+  std::vector<int32_t> result;
+  for (int32_t i = 0; i < static_cast<int32_t>(nodes.size()); ++i) {
+    for (ValueId in : nodes[i].inputs) {
+      if (in == v) {
+        result.push_back(i);
+        break;
+      }
+    }
+  }
+  return result;
+}
+
+}  // namespace remat

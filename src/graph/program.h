@@ -1,0 +1,71 @@
+// A program: the straight-line SSA list of ops that one training step runs,
+// from token ids to the loss. Every other part of remat reads it: the AC
+// policy turns it into a plan, the executor runs it, the planner walks it.
+//
+// Invariants:
+//  - nodes are in execution order; a node's inputs are produced by earlier
+//    nodes (or are the token batch, which is not a value);
+//  - every value has exactly one producer;
+//  - node.block is the transformer block the node belongs to (-1 outside any
+//    block); the nodes of a block are contiguous.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "graph/op.h"
+
+namespace remat {
+
+using ValueId = int32_t;
+using ParamId = int32_t;
+constexpr ParamId kNoParam = -1;
+
+struct Value {
+  std::string name;   // e.g. "layers.3.attention.wq:out"
+  Shape shape;
+  int32_t producer = -1;
+};
+
+// How a parameter starts (torchtitan's initialisation, spec.md §3).
+struct ParamInit {
+  enum class Kind { kNormal, kTruncatedNormal, kOnes, kZeros } kind = Kind::kZeros;
+  double std = 0;
+  double lower = 0;   // truncation bounds (absolute values)
+  double upper = 0;
+};
+
+struct Param {
+  std::string fqn;    // torchtitan FQN with ".weight", e.g. "layers.0.attention.wq.weight"
+  Shape shape;
+  ParamInit init;
+  bool trainable = true;   // false for buffers updated outside the optimizer
+};
+
+struct Node {
+  OpKind kind;
+  std::string fqn;    // module FQN, e.g. "layers.3.attention.wq"
+  std::vector<ValueId> inputs;
+  std::vector<ValueId> outputs;
+  std::vector<ParamId> params;
+  int32_t block = -1;
+  OpAttrs attrs;
+};
+
+struct Program {
+  std::vector<Value> values;
+  std::vector<Node> nodes;
+  std::vector<Param> params;
+  int32_t n_blocks = 0;
+  int64_t batch = 0;
+  int64_t seq = 0;
+  ValueId loss = -1;   // a [1] value holding the mean loss
+
+  int64_t num_parameters() const;
+  // Nodes that consume value v, in execution order.
+  std::vector<int32_t> consumers(ValueId v) const;
+};
+
+}  // namespace remat

@@ -1,0 +1,516 @@
+// The job config loader: TOML file -> overrides -> validation.
+//
+// One table (fields_of) lists every key of JobConfig with a pointer to its
+// member; parsing, overrides, error messages and validation all read that
+// table, so a key added to the struct and the table is accepted everywhere
+// with the same name and type.
+#include "io/config.h"
+
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string_view>
+#include <system_error>
+#include <toml++/toml.h>
+#include <variant>
+
+#include "core/error.h"
+
+namespace remat {
+namespace {
+
+using FieldRef = std::variant<int64_t*, double*, bool*, std::string*, std::vector<std::string>*>;
+
+struct Field {
+  std::string_view section;
+  std::string_view key;
+  FieldRef ref;
+  std::string name() const { return std::string(section) + "." + std::string(key); }
+};
+
+// The macro writes each section and key name once, from the member itself,
+// so a name in the table can never drift from the struct's field name.
+#define REMAT_FIELD(section, key) Field{#section, #key, &c.section.key}
+std::vector<Field> fields_of(JobConfig& c) {
+  return {
+      REMAT_FIELD(job, description),
+      REMAT_FIELD(job, dump_folder),
+      REMAT_FIELD(model, name),
+      REMAT_FIELD(model, flavor),
+      REMAT_FIELD(model, vocab_size),
+      REMAT_FIELD(model, tokenizer),
+      REMAT_FIELD(model, dim),
+      REMAT_FIELD(model, n_layers),
+      REMAT_FIELD(model, n_heads),
+      REMAT_FIELD(model, n_kv_heads),
+      REMAT_FIELD(model, ffn_dim_multiplier),
+      REMAT_FIELD(model, multiple_of),
+      REMAT_FIELD(model, num_experts),
+      REMAT_FIELD(model, top_k),
+      REMAT_FIELD(model, interleave_moe_layer_step),
+      REMAT_FIELD(model, score_func),
+      REMAT_FIELD(training, local_batch_size),
+      REMAT_FIELD(training, seq_len),
+      REMAT_FIELD(training, steps),
+      REMAT_FIELD(training, max_norm),
+      REMAT_FIELD(training, seed),
+      REMAT_FIELD(training, dataset),
+      REMAT_FIELD(training, dataset_path),
+      REMAT_FIELD(training, threads),
+      REMAT_FIELD(optimizer, name),
+      REMAT_FIELD(optimizer, lr),
+      REMAT_FIELD(optimizer, eps),
+      REMAT_FIELD(optimizer, weight_decay),
+      REMAT_FIELD(optimizer, beta1),
+      REMAT_FIELD(optimizer, beta2),
+      REMAT_FIELD(lr_scheduler, warmup_steps),
+      REMAT_FIELD(lr_scheduler, decay_ratio),
+      REMAT_FIELD(lr_scheduler, decay_type),
+      REMAT_FIELD(lr_scheduler, lr_min),
+      REMAT_FIELD(activation_checkpoint, mode),
+      REMAT_FIELD(activation_checkpoint, selective_ac_option),
+      REMAT_FIELD(activation_checkpoint, selective_op_ac_mm_flops_threshold),
+      REMAT_FIELD(activation_checkpoint, per_op_sac_force_recompute_mm_by_fqns),
+      REMAT_FIELD(activation_checkpoint, log_mm_flops),
+      REMAT_FIELD(activation_checkpoint, memory_budget),
+      REMAT_FIELD(metrics, log_freq),
+      REMAT_FIELD(metrics, jsonl_path),
+      REMAT_FIELD(metrics, peak_flops),
+      REMAT_FIELD(checkpoint, enable),
+      REMAT_FIELD(checkpoint, folder),
+      REMAT_FIELD(checkpoint, interval),
+      REMAT_FIELD(checkpoint, load),
+      REMAT_FIELD(checkpoint, create_seed_checkpoint),
+      REMAT_FIELD(validation, enabled),
+      REMAT_FIELD(validation, dataset),
+      REMAT_FIELD(validation, freq),
+      REMAT_FIELD(validation, steps),
+      REMAT_FIELD(parallelism, data_parallel_shard_degree),
+      REMAT_FIELD(memory, limit),
+  };
+}
+#undef REMAT_FIELD
+
+std::string in_quotes(std::string_view s) { return "\"" + std::string(s) + "\""; }
+
+std::string format_double(double v) {
+  char buf[64];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);  // shortest round trip
+  return ec == std::errc() ? std::string(buf, end) : std::to_string(v);
+}
+
+std::string join(const std::vector<std::string>& items, std::string_view sep) {
+  std::string out;
+  for (size_t i = 0; i < items.size(); ++i) out += (i ? std::string(sep) : "") + items[i];
+  return out;
+}
+
+std::string render(const FieldRef& ref) {
+  struct {
+    std::string operator()(int64_t* v) const { return std::to_string(*v); }
+    std::string operator()(double* v) const { return format_double(*v); }
+    std::string operator()(bool* v) const { return *v ? "true" : "false"; }
+    std::string operator()(std::string* v) const { return in_quotes(*v); }
+    std::string operator()(std::vector<std::string>* v) const {
+      std::vector<std::string> q;
+      for (const auto& s : *v) q.push_back(in_quotes(s));
+      return "[" + join(q, ", ") + "]";
+    }
+  } visitor;
+  return std::visit(visitor, ref);
+}
+
+const char* expectation(const FieldRef& ref) {
+  switch (ref.index()) {
+    case 0: return "expected an integer";
+    case 1: return "expected a number";
+    case 2: return "expected true or false";
+    case 3: return "expected a string";
+    default: return "expected a list of strings";
+  }
+}
+
+// The key table plus where each key was last set, for error messages.
+class Schema {
+ public:
+  explicit Schema(JobConfig& config) : fields_(fields_of(config)) {}
+
+  std::vector<std::string> sections() const {
+    std::vector<std::string> out;
+    for (const auto& f : fields_)
+      if (out.empty() || out.back() != f.section) out.emplace_back(f.section);
+    return out;
+  }
+  bool has_section(std::string_view section) const {
+    for (const auto& f : fields_)
+      if (f.section == section) return true;
+    return false;
+  }
+  std::vector<std::string> keys_in(std::string_view section) const {
+    std::vector<std::string> out;
+    for (const auto& f : fields_)
+      if (f.section == section) out.emplace_back(f.key);
+    return out;
+  }
+  Field* find(std::string_view section, std::string_view key) {
+    for (auto& f : fields_)
+      if (f.section == section && f.key == key) return &f;
+    return nullptr;
+  }
+  Field& at(std::string_view dotted) {
+    auto dot = dotted.find('.');
+    Field* f = find(dotted.substr(0, dot), dotted.substr(dot + 1));
+    if (!f) throw std::logic_error("config: no field " + std::string(dotted));
+    return *f;
+  }
+
+  // `where` is " in FILE" or " on the command line".
+  [[noreturn]] void unknown_section(std::string_view section, const std::string& where) const {
+    throw InputError("config error: unknown section '" + std::string(section) + "'" + where +
+                     " (known sections: " + join(sections(), ", ") + ")");
+  }
+  [[noreturn]] void unknown_key(std::string_view section, std::string_view key,
+                                const std::string& where) const {
+    throw InputError("config error: unknown key '" + std::string(section) + "." +
+                     std::string(key) + "'" + where + " (known keys in [" + std::string(section) +
+                     "]: " + join(keys_in(section), ", ") + ")");
+  }
+
+  void set_origin(const Field& f, std::string origin) { origins_[f.name()] = std::move(origin); }
+  std::string origin_of(const Field& f) const {
+    auto it = origins_.find(f.name());
+    return it == origins_.end() ? " (the default)" : " (set " + it->second + ")";
+  }
+
+ private:
+  std::vector<Field> fields_;
+  std::map<std::string, std::string> origins_;
+};
+
+// ---- TOML ------------------------------------------------------------------
+
+std::string render_node(const toml::node& node) {
+  std::ostringstream os;
+  node.visit([&](const auto& n) { os << n; });
+  std::string s = os.str();
+  return s.size() > 60 ? s.substr(0, 57) + "..." : s;
+}
+
+// Stores `node` into the field or throws naming the key, value and type.
+void assign_from_toml(const Field& field, const toml::node& node, const std::string& where) {
+  bool ok = true;
+  std::visit(
+      [&](auto* target) {
+        using T = std::remove_pointer_t<decltype(target)>;
+        if constexpr (std::is_same_v<T, int64_t>) {
+          if (auto v = node.value_exact<int64_t>()) *target = *v; else ok = false;
+        } else if constexpr (std::is_same_v<T, double>) {
+          if (node.is_integer()) *target = static_cast<double>(*node.value_exact<int64_t>());
+          else if (auto v = node.value_exact<double>(); v && std::isfinite(*v)) *target = *v;
+          else ok = false;
+        } else if constexpr (std::is_same_v<T, bool>) {
+          if (auto v = node.value_exact<bool>()) *target = *v; else ok = false;
+        } else if constexpr (std::is_same_v<T, std::string>) {
+          if (auto v = node.value_exact<std::string>()) *target = *v; else ok = false;
+        } else {
+          const toml::array* array = node.as_array();
+          std::vector<std::string> items;
+          if (!array) ok = false;
+          else
+            for (const auto& element : *array) {
+              if (auto v = element.value_exact<std::string>()) items.push_back(*v);
+              else ok = false;
+            }
+          if (ok) *target = std::move(items);
+        }
+      },
+      field.ref);
+  if (!ok)
+    throw InputError("config error: " + field.name() + " = " + render_node(node) + where + ": " +
+                     expectation(field.ref));
+}
+
+void apply_toml(Schema& schema, const std::string& text, const std::string& source) {
+  toml::table root;
+  try {
+    root = toml::parse(text, source);
+  } catch (const toml::parse_error& e) {
+    const auto& at = e.source().begin;
+    throw InputError("config error: TOML syntax error in " + source + " at line " +
+                     std::to_string(at.line) + ", column " + std::to_string(at.column) + ": " +
+                     std::string(e.description()));
+  }
+  const std::string where = " in " + source;
+  for (const auto& [section_key, section_node] : root) {
+    const std::string section(section_key.str());
+    const toml::table* table = section_node.as_table();
+    if (!table) {
+      if (schema.has_section(section))
+        throw InputError("config error: " + section + " = " + render_node(section_node) + where +
+                         ": expected a section [" + section + "]");
+      // A key above the first [section]: say which section it belongs in.
+      std::string hint;
+      for (const auto& s : schema.sections())
+        if (schema.find(s, section)) hint += (hint.empty() ? "" : " or ") + ("[" + s + "]");
+      throw InputError("config error: key '" + section + "'" + where +
+                       " is outside any section" +
+                       (hint.empty() ? "" : "; did you mean to put it under " + hint + "?") +
+                       " (known sections: " + join(schema.sections(), ", ") + ")");
+    }
+    if (!schema.has_section(section)) schema.unknown_section(section, where);
+    for (const auto& [key, node] : *table) {
+      Field* field = schema.find(section, key.str());
+      if (!field) schema.unknown_key(section, key.str(), where);
+      assign_from_toml(*field, node, where);
+      schema.set_origin(*field, "in " + source);
+    }
+  }
+}
+
+// ---- command-line overrides --------------------------------------------------
+
+bool parse_int(std::string_view s, int64_t& out) {
+  if (!s.empty() && s[0] == '+') s.remove_prefix(1);
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+  return !s.empty() && ec == std::errc() && end == s.data() + s.size();
+}
+
+bool parse_double(const std::string& s, double& out) {
+  if (s.empty() || std::isspace(static_cast<unsigned char>(s[0]))) return false;
+  char* end = nullptr;
+  errno = 0;
+  out = std::strtod(s.c_str(), &end);
+  return end == s.c_str() + s.size() && errno != ERANGE && std::isfinite(out);
+}
+
+std::string trim(std::string_view s) {
+  const char* ws = " \t";
+  auto b = s.find_first_not_of(ws);
+  if (b == std::string_view::npos) return "";
+  return std::string(s.substr(b, s.find_last_not_of(ws) - b + 1));
+}
+
+// Comma-separated names; "" is the empty list.
+bool parse_list(const std::string& s, std::vector<std::string>& out) {
+  out.clear();
+  if (trim(s).empty()) return true;
+  size_t start = 0;
+  while (true) {
+    size_t comma = s.find(',', start);
+    std::string item = trim(std::string_view(s).substr(start, comma - start));
+    if (item.empty()) return false;
+    out.push_back(item);
+    if (comma == std::string::npos) return true;
+    start = comma + 1;
+  }
+}
+
+void assign_from_text(const Field& field, const std::string& value) {
+  bool ok = std::visit(
+      [&](auto* target) {
+        using T = std::remove_pointer_t<decltype(target)>;
+        if constexpr (std::is_same_v<T, int64_t>) {
+          return parse_int(value, *target);
+        } else if constexpr (std::is_same_v<T, double>) {
+          return parse_double(value, *target);
+        } else if constexpr (std::is_same_v<T, bool>) {
+          if (value != "true" && value != "false") return false;
+          *target = value == "true";
+          return true;
+        } else if constexpr (std::is_same_v<T, std::string>) {
+          *target = value;
+          return true;
+        } else {
+          return parse_list(value, *target);
+        }
+      },
+      field.ref);
+  if (!ok) {
+    std::string expected = expectation(field.ref);
+    if (field.ref.index() == 4) expected = "expected a comma-separated list of names";
+    throw InputError("config error: " + field.name() + " = " + in_quotes(value) +
+                     " on the command line: " + expected);
+  }
+}
+
+void apply_overrides(Schema& schema, const std::vector<std::string>& args) {
+  const std::string where = " on the command line";
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    const size_t eq = arg.find('=');
+    const std::string name = arg.substr(0, eq).substr(std::min<size_t>(2, arg.size()));
+    const size_t dot = name.find('.');
+    if (!arg.starts_with("--") || dot == std::string::npos || dot == 0 ||
+        dot + 1 == name.size() || name.find('.', dot + 1) != std::string::npos)
+      throw InputError("config error: bad override '" + arg +
+                       "': expected --section.key value or --section.key=value");
+    const std::string section = name.substr(0, dot), key = name.substr(dot + 1);
+    if (!schema.has_section(section)) schema.unknown_section(section, " in '" + arg + "'");
+    Field* field = schema.find(section, key);
+    if (!field) schema.unknown_key(section, key, where);
+
+    std::string value;
+    if (eq != std::string::npos) {
+      value = arg.substr(eq + 1);
+    } else if (i + 1 < args.size() && !args[i + 1].starts_with("--")) {
+      value = args[++i];
+    } else if (std::holds_alternative<bool*>(field->ref)) {
+      value = "true";  // a bare boolean flag, as torchtitan's CLI allows
+    } else {
+      throw InputError("config error: override '" + arg + "' needs a value (" +
+                       expectation(field->ref) + ")");
+    }
+    assign_from_text(*field, value);
+    schema.set_origin(*field, "on the command line");
+  }
+}
+
+// ---- validation ----------------------------------------------------------------
+
+bool is_decimal(std::string_view s) {
+  int64_t n = 0;
+  return !s.empty() && s.find_first_not_of("0123456789") == std::string_view::npos &&
+         parse_int(s, n);
+}
+
+// "12GiB", "512 MB", "1.5TiB", "100B": a size in bytes with a unit; 0 on failure.
+double parse_size(const std::string& s) {
+  static const std::pair<const char*, double> units[] = {
+      {"TiB", 1099511627776.0}, {"GiB", 1073741824.0}, {"MiB", 1048576.0}, {"KiB", 1024.0},
+      {"TB", 1e12}, {"GB", 1e9}, {"MB", 1e6}, {"KB", 1e3}, {"kB", 1e3}, {"B", 1.0}};
+  for (const auto& [unit, scale] : units) {
+    if (!s.ends_with(unit)) continue;
+    double number = 0;
+    if (!parse_double(trim(s.substr(0, s.size() - std::strlen(unit))), number)) return 0;
+    return number > 0 ? number * scale : 0;
+  }
+  return 0;
+}
+
+class Validator {
+ public:
+  explicit Validator(Schema& schema) : schema_(schema) {}
+  void require(bool ok, std::string_view key, std::string_view expected) {
+    if (ok) return;
+    Field& field = schema_.at(key);
+    throw InputError("config error: " + field.name() + " = " + render(field.ref) +
+                     schema_.origin_of(field) + ": expected " + std::string(expected));
+  }
+
+ private:
+  Schema& schema_;
+};
+
+template <size_t N>
+bool one_of(const std::string& value, const char* const (&choices)[N]) {
+  for (const char* c : choices)
+    if (value == c) return true;
+  return false;
+}
+
+void validate(const JobConfig& c, Schema& schema) {
+  Validator v(schema);
+  const auto& m = c.model;
+  v.require(m.name == "llama3" || m.name == "llama4", "model.name", "\"llama3\" or \"llama4\"");
+  v.require(!m.flavor.empty(), "model.flavor", "a flavor name such as \"debugmodel\" or \"8B\"");
+  v.require(m.vocab_size >= 0, "model.vocab_size", "an integer >= 0 (0: the flavor's)");
+  v.require(!m.tokenizer.empty(), "model.tokenizer", "\"byte\" or a tokenizer path");
+  v.require(m.score_func.empty() || m.score_func == "softmax" || m.score_func == "sigmoid",
+            "model.score_func", "\"softmax\", \"sigmoid\" or \"\" (the flavor's)");
+
+  const auto& t = c.training;
+  v.require(t.local_batch_size > 0, "training.local_batch_size", "an integer > 0");
+  v.require(t.seq_len > 0, "training.seq_len", "an integer > 0");
+  v.require(t.steps >= 0, "training.steps", "an integer >= 0");
+  v.require(t.max_norm > 0, "training.max_norm", "a number > 0");
+  v.require(t.threads >= 0, "training.threads", "an integer >= 0 (0: all cores)");
+
+  const auto& o = c.optimizer;
+  v.require(o.name == "AdamW", "optimizer.name", "\"AdamW\" (the only optimizer)");
+  v.require(o.lr >= 0, "optimizer.lr", "a number >= 0");
+  v.require(o.eps > 0, "optimizer.eps", "a number > 0");
+  v.require(o.weight_decay >= 0, "optimizer.weight_decay", "a number >= 0");
+  v.require(o.beta1 >= 0 && o.beta1 < 1, "optimizer.beta1", "a number in [0, 1)");
+  v.require(o.beta2 >= 0 && o.beta2 < 1, "optimizer.beta2", "a number in [0, 1)");
+
+  const auto& s = c.lr_scheduler;
+  v.require(s.warmup_steps >= 0, "lr_scheduler.warmup_steps", "an integer >= 0");
+  v.require(s.decay_ratio >= 0 && s.decay_ratio <= 1, "lr_scheduler.decay_ratio",
+            "a number in [0, 1]");
+  static const char* const kDecayTypes[] = {"linear", "sqrt", "cosine"};
+  v.require(one_of(s.decay_type, kDecayTypes), "lr_scheduler.decay_type",
+            "\"linear\", \"sqrt\" or \"cosine\"");
+  v.require(s.lr_min >= 0, "lr_scheduler.lr_min", "a number >= 0");
+
+  const auto& ac = c.activation_checkpoint;
+  static const char* const kModes[] = {"none", "full", "selective", "memory_budget"};
+  v.require(one_of(ac.mode, kModes), "activation_checkpoint.mode",
+            "\"none\", \"full\", \"selective\" or \"memory_budget\"");
+  v.require(ac.selective_ac_option == "op" || is_decimal(ac.selective_ac_option),
+            "activation_checkpoint.selective_ac_option",
+            "\"op\" or a non-negative integer such as \"2\"");
+  v.require(ac.selective_op_ac_mm_flops_threshold >= 0,
+            "activation_checkpoint.selective_op_ac_mm_flops_threshold", "a number >= 0");
+  bool patterns_ok = true;
+  for (const auto& p : ac.per_op_sac_force_recompute_mm_by_fqns) patterns_ok &= !p.empty();
+  v.require(patterns_ok, "activation_checkpoint.per_op_sac_force_recompute_mm_by_fqns",
+            "a list of non-empty FQN patterns");
+  if (!ac.memory_budget.empty()) {
+    double fraction = -1;
+    bool ok = parse_double(ac.memory_budget, fraction) ? fraction >= 0 && fraction <= 1
+                                                        : parse_size(ac.memory_budget) > 0;
+    v.require(ok, "activation_checkpoint.memory_budget",
+              "a fraction in [0, 1] such as \"0.5\" or a size such as \"12GiB\"");
+  }
+  v.require(ac.mode != "memory_budget" || !ac.memory_budget.empty(),
+            "activation_checkpoint.memory_budget",
+            "a fraction such as \"0.5\" or a size such as \"12GiB\" when mode = "
+            "\"memory_budget\"");
+
+  v.require(c.metrics.log_freq > 0, "metrics.log_freq", "an integer > 0");
+  v.require(c.metrics.peak_flops >= 0, "metrics.peak_flops",
+            "a number >= 0 (FLOP/s; 0: measure at start-up)");
+  v.require(c.checkpoint.interval > 0, "checkpoint.interval", "an integer > 0");
+  v.require(!c.checkpoint.folder.empty(), "checkpoint.folder", "a folder name");
+  v.require(c.validation.freq > 0, "validation.freq", "an integer > 0");
+  v.require(c.validation.steps == -1 || c.validation.steps >= 1, "validation.steps",
+            "an integer >= 1, or -1 (the whole file)");
+  v.require(c.parallelism.data_parallel_shard_degree >= 1,
+            "parallelism.data_parallel_shard_degree", "an integer >= 1");
+  v.require(c.memory.limit.empty() || parse_size(c.memory.limit) > 0, "memory.limit",
+            "a size such as \"16GiB\" or \"\" (physical RAM)");
+}
+
+}  // namespace
+
+JobConfig parse_job_config(const std::string& toml_text, const std::string& source_name,
+                           const std::vector<std::string>& overrides) {
+  JobConfig config;
+  Schema schema(config);
+  apply_toml(schema, toml_text, source_name);
+  apply_overrides(schema, overrides);
+  validate(config, schema);
+  return config;
+}
+
+JobConfig load_job_config(const std::string& path, const std::vector<std::string>& overrides) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::file_status status = fs::status(path, ec);
+  const std::string prefix = "config error: cannot read config file '" + path + "': ";
+  if (!fs::exists(status)) throw InputError(prefix + "no such file");
+  if (fs::is_directory(status)) throw InputError(prefix + "is a directory, expected a TOML file");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(prefix + std::strerror(errno));
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) throw InputError(prefix + "read failed");
+  return parse_job_config(text.str(), path, overrides);
+}
+
+}  // namespace remat

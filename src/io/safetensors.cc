@@ -1,0 +1,260 @@
+#include "io/safetensors.h"
+
+#include <bit>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <stdexcept>
+#include <system_error>
+
+#include "core/error.h"
+
+namespace remat {
+
+// Tensor bytes are copied straight between disk and memory.
+static_assert(std::endian::native == std::endian::little,
+              "safetensors I/O assumes a little-endian host");
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+std::string shape_string(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(shape[i]);
+  }
+  return s + "]";
+}
+
+// Product of the dims, or -1 when it would exceed `limit` (a corrupt header
+// must not overflow the arithmetic).
+int64_t checked_numel(const std::vector<int64_t>& shape, uint64_t limit) {
+  for (int64_t d : shape)
+    if (d == 0) return 0;
+  uint64_t n = 1;
+  for (int64_t d : shape) {
+    const uint64_t u = static_cast<uint64_t>(d);
+    if (n > limit / u) return -1;
+    n *= u;
+  }
+  return static_cast<int64_t>(n);
+}
+
+[[noreturn]] void fail(const std::string& path, const std::string& what) {
+  throw InputError("safetensors file " + path + ": " + what);
+}
+
+// A JSON number that must be a non-negative integer.
+bool as_offset(const json& j, uint64_t& out) {
+  if (j.is_number_unsigned()) {
+    out = j.get<uint64_t>();
+    return true;
+  }
+  if (j.is_number_integer() && j.get<int64_t>() >= 0) {
+    out = static_cast<uint64_t>(j.get<int64_t>());
+    return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+void save_safetensors(const std::string& path, const std::vector<SafetensorsEntry>& tensors,
+                      const std::map<std::string, std::string>& metadata) {
+  json header = json::object();
+  uint64_t offset = 0;
+  for (const SafetensorsEntry& t : tensors) {
+    if (t.name.empty() || t.name == "__metadata__")
+      throw std::invalid_argument("save_safetensors: invalid tensor name '" + t.name + "'");
+    if (header.contains(t.name))
+      throw std::invalid_argument("save_safetensors: duplicate tensor name '" + t.name + "'");
+    int64_t n = 1;
+    for (int64_t d : t.shape) {
+      if (d < 0)
+        throw std::invalid_argument("save_safetensors: negative dim in shape of '" + t.name + "'");
+      n *= d;
+    }
+    if (n > 0 && t.data == nullptr)
+      throw std::invalid_argument("save_safetensors: null data for '" + t.name + "'");
+    const uint64_t bytes = static_cast<uint64_t>(n) * 4;
+    header[t.name] = {
+        {"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  const uint64_t header_len = text.size();
+  unsigned char len_bytes[8];
+  for (int i = 0; i < 8; ++i) len_bytes[i] = static_cast<unsigned char>(header_len >> (8 * i));
+
+  const fs::path target(path);
+  std::error_code ec;
+  if (target.has_parent_path()) {
+    fs::create_directories(target.parent_path(), ec);
+    if (ec)
+      fail(path, "cannot create directory " + target.parent_path().string() + ": " + ec.message());
+  }
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) fail(path, "cannot open " + tmp + " for writing");
+    out.write(reinterpret_cast<const char*>(len_bytes), 8);
+    out.write(text.data(), static_cast<std::streamsize>(text.size()));
+    for (const SafetensorsEntry& t : tensors) {
+      int64_t n = 1;
+      for (int64_t d : t.shape) n *= d;
+      if (n > 0)
+        out.write(reinterpret_cast<const char*>(t.data), static_cast<std::streamsize>(n * 4));
+    }
+    out.flush();
+    if (!out) {
+      out.close();
+      fs::remove(tmp, ec);
+      fail(path, "error while writing " + tmp + " (disk full?)");
+    }
+    out.close();
+    if (!out) {
+      fs::remove(tmp, ec);
+      fail(path, "error while closing " + tmp);
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    fs::remove(tmp, ec);
+    fail(path, "cannot rename " + tmp + " to " + path);
+  }
+}
+
+SafetensorsReader SafetensorsReader::open(const std::string& path) {
+  std::error_code ec;
+  const fs::file_status status = fs::status(path, ec);
+  if (ec || !fs::exists(status)) fail(path, "no such file (expected a .safetensors file)");
+  if (fs::is_directory(status)) fail(path, "is a directory, expected a .safetensors file");
+  const uint64_t file_size = fs::file_size(path, ec);
+  if (ec) fail(path, "cannot determine its size: " + ec.message());
+
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(path, "cannot open for reading");
+  if (file_size < 8)
+    fail(path,
+         "is " + std::to_string(file_size) +
+             " bytes long, shorter than the 8-byte header length a safetensors file starts with");
+  unsigned char len_bytes[8];
+  in.read(reinterpret_cast<char*>(len_bytes), 8);
+  if (!in) fail(path, "cannot read the 8-byte header length");
+  uint64_t header_len = 0;
+  for (int i = 0; i < 8; ++i) header_len |= static_cast<uint64_t>(len_bytes[i]) << (8 * i);
+  if (header_len > file_size - 8)
+    fail(path, "header length " + std::to_string(header_len) + " is larger than the " +
+                   std::to_string(file_size - 8) +
+                   " bytes that follow it (truncated or not a safetensors file)");
+
+  std::string text(header_len, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(header_len));
+  if (!in) fail(path, "cannot read the " + std::to_string(header_len) + "-byte header");
+  json header;
+  try {
+    header = json::parse(text);
+  } catch (const json::exception& e) {
+    fail(path, std::string("header is not valid JSON: ") + e.what());
+  }
+  if (!header.is_object()) fail(path, "header must be a JSON object of tensor entries");
+
+  SafetensorsReader reader;
+  reader.path_ = path;
+  const uint64_t data_start = 8 + header_len;
+  const uint64_t data_size = file_size - data_start;
+  for (const auto& [name, entry] : header.items()) {
+    if (name == "__metadata__") {
+      if (!entry.is_object()) fail(path, "\"__metadata__\" must be an object of strings");
+      for (const auto& [key, value] : entry.items()) {
+        if (!value.is_string())
+          fail(path,
+               "\"__metadata__\" value for '" + key + "' must be a string, got " + value.dump());
+        reader.metadata_[key] = value.get<std::string>();
+      }
+      continue;
+    }
+    const std::string where = "tensor '" + name + "': ";
+    if (!entry.is_object() || !entry.contains("dtype") || !entry.contains("shape") ||
+        !entry.contains("data_offsets"))
+      fail(path, where + "expected an object with dtype, shape and data_offsets");
+    const json& dtype = entry["dtype"];
+    if (!dtype.is_string() || dtype.get<std::string>() != "F32")
+      fail(path, where + "dtype " + dtype.dump() + " is not supported, expected \"F32\" (fp32)");
+    Info info;
+    if (!entry["shape"].is_array())
+      fail(path, where + "shape must be an array of non-negative integers");
+    for (const json& d : entry["shape"]) {
+      uint64_t u = 0;
+      if (!as_offset(d, u) || u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+        fail(path, where + "shape must be an array of non-negative integers, got " +
+                       entry["shape"].dump());
+      info.shape.push_back(static_cast<int64_t>(u));
+    }
+    const json& offsets = entry["data_offsets"];
+    uint64_t begin = 0, end = 0;
+    if (!offsets.is_array() || offsets.size() != 2 || !as_offset(offsets[0], begin) ||
+        !as_offset(offsets[1], end) || begin > end)
+      fail(path, where + "data_offsets must be [begin, end] with 0 <= begin <= end, got " +
+                     offsets.dump());
+    if (end > data_size)
+      fail(path, where + "data_offsets " + offsets.dump() + " lie outside the file (" +
+                     std::to_string(data_size) + " data bytes after the header)");
+    const int64_t n = checked_numel(info.shape, data_size / 4 + 1);
+    if (n < 0 || static_cast<uint64_t>(n) * 4 != end - begin)
+      fail(path, where + "data_offsets " + offsets.dump() + " span " + std::to_string(end - begin) +
+                     " bytes, but shape " + shape_string(info.shape) + " of F32 needs " +
+                     (n < 0 ? std::string("more") : std::to_string(n * 4)));
+    info.begin = data_start + begin;
+    info.bytes = end - begin;
+    reader.tensors_.emplace(name, std::move(info));
+  }
+  return reader;
+}
+
+bool SafetensorsReader::has(const std::string& name) const { return tensors_.count(name) != 0; }
+
+std::vector<std::string> SafetensorsReader::names() const {
+  std::vector<std::string> out;
+  out.reserve(tensors_.size());
+  for (const auto& kv : tensors_) out.push_back(kv.first);
+  return out;
+}
+
+const SafetensorsReader::Info& SafetensorsReader::info(const std::string& name) const {
+  auto it = tensors_.find(name);
+  if (it == tensors_.end())
+    fail(path_,
+         "has no tensor '" + name + "' (it holds " + std::to_string(tensors_.size()) + " tensors)");
+  return it->second;
+}
+
+std::vector<int64_t> SafetensorsReader::shape(const std::string& name) const {
+  return info(name).shape;
+}
+
+void SafetensorsReader::read(const std::string& name, const std::vector<int64_t>& expected_shape,
+                             float* dst) const {
+  const Info& t = info(name);
+  if (t.shape != expected_shape)
+    fail(path_, "tensor '" + name + "' has shape " + shape_string(t.shape) + ", expected " +
+                    shape_string(expected_shape));
+  if (t.bytes == 0) return;
+  std::ifstream in(path_, std::ios::binary);
+  if (!in) fail(path_, "cannot open for reading tensor '" + name + "'");
+  in.seekg(static_cast<std::streamoff>(t.begin));
+  in.read(reinterpret_cast<char*>(dst), static_cast<std::streamsize>(t.bytes));
+  if (!in || static_cast<uint64_t>(in.gcount()) != t.bytes)
+    fail(path_, "could not read the " + std::to_string(t.bytes) + " bytes of tensor '" + name +
+                    "' (file changed or truncated since it was opened?)");
+}
+
+}  // namespace remat

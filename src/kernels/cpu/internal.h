@@ -1,0 +1,99 @@
+// Private helpers shared by the CPU kernels: thread count, a per-thread
+// scratch arena for fixed-size tiles, and AVX2 building blocks whose
+// reduction order is fixed (so results never depend on the compiler's
+// choices, and no -ffast-math is needed to vectorize).
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cpu/kernels.h"
+
+namespace remat::cpu::detail {
+
+// Below this many elements an elementwise kernel runs on the calling thread:
+// forking a team costs more than the work.
+constexpr int64_t kParallelMin = 1 << 15;
+
+// Per-thread scratch of at least `floats` floats, 64-byte aligned. Contents
+// are unspecified. The buffer is reused by later calls on the same thread,
+// so a kernel must be done with it before it returns. Only for tile-sized
+// scratch that does not grow with the problem (sequence length, rows).
+float* thread_scratch(size_t floats);
+
+inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+// Horizontal sum of 8 lanes in a fixed order.
+inline float hsum(__m256 v) {
+  __m128 lo = _mm256_castps256_ps128(v);
+  __m128 hi = _mm256_extractf128_ps(v, 1);
+  __m128 s = _mm_add_ps(lo, hi);                 // 4 lanes
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));        // 2 lanes
+  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 0x55));  // 1 lane
+  return _mm_cvtss_f32(s);
+}
+
+inline double hsum_pd(__m256d v) {
+  __m128d lo = _mm256_castpd256_pd128(v);
+  __m128d hi = _mm256_extractf128_pd(v, 1);
+  __m128d s = _mm_add_pd(lo, hi);
+  s = _mm_add_sd(s, _mm_unpackhi_pd(s, s));
+  return _mm_cvtsd_f64(s);
+}
+
+inline float hmax(__m256 v) {
+  __m128 lo = _mm256_castps256_ps128(v);
+  __m128 hi = _mm256_extractf128_ps(v, 1);
+  __m128 s = _mm_max_ps(lo, hi);
+  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_max_ss(s, _mm_shuffle_ps(s, s, 0x55));
+  return _mm_cvtss_f32(s);
+}
+
+// expf on 8 lanes (Cephes polynomial, ~1 ulp on the normal range). Inputs
+// below about -87.7 (including -inf) give 0, inputs above 88 give exp(88);
+// NaN propagates.
+inline __m256 exp256(__m256 x) {
+  // Clamped so that round(x * log2(e)) stays in [-127, 127]: the top gives
+  // exp(88) (finite), the bottom gives exponent bits 0, i.e. exactly 0.
+  const __m256 hi = _mm256_set1_ps(88.0f);
+  const __m256 lo = _mm256_set1_ps(-88.0f);
+  // max/min return their second operand when either is NaN: keep x second.
+  x = _mm256_min_ps(hi, _mm256_max_ps(lo, x));
+  __m256 fx = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
+  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
+  __m256 z = _mm256_mul_ps(x, x);
+  __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507e-3f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073e-3f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894e-2f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459e-1f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201e-1f));
+  y = _mm256_fmadd_ps(y, z, x);
+  y = _mm256_add_ps(y, _mm256_set1_ps(1.0f));
+  // 2^fx; fx = -127 gives exponent bits 0, i.e. 0.0.
+  __m256i e = _mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(127));
+  e = _mm256_slli_epi32(e, 23);
+  return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+}
+
+// Scalar version with the same arithmetic as one lane of exp256.
+inline float exp_scalar(float x) { return _mm256_cvtss_f32(exp256(_mm256_set1_ps(x))); }
+
+// Dot product of n floats: 8-lane partial sums, then a fixed horizontal order,
+// then the scalar tail.
+inline float dot(const float* a, const float* b, int64_t n) {
+  __m256 acc = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
+  float s = hsum(acc);
+  for (; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+}  // namespace remat::cpu::detail

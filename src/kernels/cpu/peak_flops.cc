@@ -1,0 +1,90 @@
+// Measured fp32 FMA throughput: the denominator of MFU on the CPU.
+#include <omp.h>
+
+#include <chrono>
+#include <cstdint>
+
+#include "kernels/cpu/internal.h"
+#include "kernels/cpu/kernels.h"
+
+namespace remat::cpu {
+
+namespace {
+
+// Zen 3 and most AVX2 cores: 2 FMA pipes x latency 4 needs >= 8 independent
+// chains; 12 covers latency 5-6 too and stays within 16 ymm registers.
+constexpr int kChains = 12;
+constexpr int64_t kInner = 4096;  // FMAs per chain between clock reads
+constexpr double kFlopsPerFma = 16.0;  // 8 lanes x (mul + add)
+
+volatile float g_seed = 0.999999f;
+volatile float g_sink = 0.0f;
+
+// Runs FMA chains for about `seconds`; returns the number of FMA
+// instructions issued and adds a result to g_sink so nothing is elided.
+int64_t fma_loop(double seconds) {
+  const __m256 mul = _mm256_set1_ps(g_seed);
+  const __m256 add = _mm256_set1_ps(1e-6f * g_seed);
+  __m256 acc[kChains];
+  for (int c = 0; c < kChains; ++c) acc[c] = _mm256_set1_ps(static_cast<float>(c) * 0.01f);
+  const auto start = std::chrono::steady_clock::now();
+  const auto budget = std::chrono::duration<double>(seconds);
+  int64_t rounds = 0;
+  do {
+    for (int64_t i = 0; i < kInner; ++i) {
+      // Fully unrolled: kChains independent dependency chains.
+      acc[0] = _mm256_fmadd_ps(acc[0], mul, add);
+      acc[1] = _mm256_fmadd_ps(acc[1], mul, add);
+      acc[2] = _mm256_fmadd_ps(acc[2], mul, add);
+      acc[3] = _mm256_fmadd_ps(acc[3], mul, add);
+      acc[4] = _mm256_fmadd_ps(acc[4], mul, add);
+      acc[5] = _mm256_fmadd_ps(acc[5], mul, add);
+      acc[6] = _mm256_fmadd_ps(acc[6], mul, add);
+      acc[7] = _mm256_fmadd_ps(acc[7], mul, add);
+      acc[8] = _mm256_fmadd_ps(acc[8], mul, add);
+      acc[9] = _mm256_fmadd_ps(acc[9], mul, add);
+      acc[10] = _mm256_fmadd_ps(acc[10], mul, add);
+      acc[11] = _mm256_fmadd_ps(acc[11], mul, add);
+    }
+    ++rounds;
+  } while (std::chrono::steady_clock::now() - start < budget);
+  __m256 s = acc[0];
+  for (int c = 1; c < kChains; ++c) s = _mm256_add_ps(s, acc[c]);
+  g_sink = g_sink + detail::hsum(s);
+  return rounds * kInner * kChains;
+}
+
+}  // namespace
+
+double measure_peak_flops(int threads, double seconds) {
+  if (threads < 1) threads = 1;
+  if (seconds <= 0.0) seconds = 0.01;
+  // Short warm-up so the cores reach their sustained clock first.
+  const double warmup = seconds * 0.1 < 0.02 ? seconds * 0.1 : 0.02;
+  int64_t total = 0;
+  double elapsed = 0.0;
+#pragma omp parallel num_threads(threads)
+  {
+    fma_loop(warmup);
+#pragma omp barrier
+#pragma omp single
+    {
+      elapsed = -std::chrono::duration<double>(
+                     std::chrono::steady_clock::now().time_since_epoch())
+                     .count();
+    }  // implicit barrier: every thread starts after the clock is read
+    const int64_t fmas = fma_loop(seconds);
+#pragma omp atomic
+    total += fmas;
+#pragma omp barrier
+#pragma omp single
+    {
+      elapsed += std::chrono::duration<double>(
+                     std::chrono::steady_clock::now().time_since_epoch())
+                     .count();
+    }
+  }
+  return elapsed > 0.0 ? static_cast<double>(total) * kFlopsPerFma / elapsed : 0.0;
+}
+
+}  // namespace remat::cpu

@@ -1,0 +1,70 @@
+// Rotary position embedding, torchtitan's interleaved pair layout.
+#include <cmath>
+#include <stdexcept>
+
+#include "kernels/cpu/internal.h"
+#include "kernels/cpu/kernels.h"
+
+namespace remat::cpu {
+
+namespace {
+
+constexpr int64_t kMaxPairs = 512;  // head_dim up to 1024
+
+// Rotates every head of every (batch, position) row by +angle (sign = 1) or
+// -angle (sign = -1). accumulate: out += rotated, else out = rotated.
+void rope_apply(const float* x, int64_t batch, int64_t seq, int64_t heads,
+                int64_t head_dim, double theta, float sign, bool accumulate, float* out) {
+  if (head_dim % 2 != 0 || head_dim / 2 > kMaxPairs)
+    throw std::invalid_argument("rope: head_dim must be even and at most 1024");
+  const int64_t pairs = head_dim / 2;
+  const int64_t row = heads * head_dim;
+  double freq[kMaxPairs];
+  for (int64_t i = 0; i < pairs; ++i)
+    freq[i] = std::pow(theta, -static_cast<double>(2 * i) / static_cast<double>(head_dim));
+  const int nt = num_threads();
+#pragma omp parallel for schedule(static) num_threads(nt) if (batch * seq * row >= detail::kParallelMin)
+  for (int64_t p = 0; p < seq; ++p) {
+    float c[kMaxPairs], s[kMaxPairs];
+    for (int64_t i = 0; i < pairs; ++i) {
+      const double angle = static_cast<double>(p) * freq[i];
+      c[i] = static_cast<float>(std::cos(angle));
+      s[i] = sign * static_cast<float>(std::sin(angle));
+    }
+    for (int64_t b = 0; b < batch; ++b) {
+      const float* xr = x + (b * seq + p) * row;
+      float* yr = out + (b * seq + p) * row;
+      for (int64_t h = 0; h < heads; ++h) {
+        const float* xh = xr + h * head_dim;
+        float* yh = yr + h * head_dim;
+        for (int64_t i = 0; i < pairs; ++i) {
+          const float x0 = xh[2 * i], x1 = xh[2 * i + 1];
+          const float y0 = x0 * c[i] - x1 * s[i];
+          const float y1 = x0 * s[i] + x1 * c[i];
+          if (accumulate) {
+            yh[2 * i] += y0;
+            yh[2 * i + 1] += y1;
+          } else {
+            yh[2 * i] = y0;
+            yh[2 * i + 1] = y1;
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void rope_forward(const float* x, int64_t batch, int64_t seq, int64_t heads,
+                  int64_t head_dim, double theta, float* out) {
+  rope_apply(x, batch, seq, heads, head_dim, theta, 1.0f, false, out);
+}
+
+// The rotation is orthogonal: its transpose is the rotation by -angle.
+void rope_backward(const float* dout, int64_t batch, int64_t seq, int64_t heads,
+                   int64_t head_dim, double theta, float* dx) {
+  rope_apply(dout, batch, seq, heads, head_dim, theta, -1.0f, true, dx);
+}
+
+}  // namespace remat::cpu

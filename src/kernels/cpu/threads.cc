@@ -1,0 +1,58 @@
+// Thread count shared by the OpenMP kernels and OpenBLAS, and the per-thread
+// tile scratch.
+#include <cblas.h>
+#include <omp.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <memory>
+#include <new>
+
+#include "kernels/cpu/internal.h"
+#include "kernels/cpu/kernels.h"
+
+namespace remat::cpu {
+
+namespace {
+std::atomic<int> g_threads{0};  // 0: not set yet, use the OpenMP default
+}
+
+void set_num_threads(int threads) {
+  if (threads < 1) threads = 1;
+  g_threads.store(threads);
+  omp_set_num_threads(threads);
+  openblas_set_num_threads(threads);
+}
+
+int num_threads() {
+  int t = g_threads.load();
+  return t > 0 ? t : omp_get_max_threads();
+}
+
+namespace detail {
+
+namespace {
+struct FreeDeleter {
+  void operator()(float* p) const { std::free(p); }
+};
+struct Scratch {
+  std::unique_ptr<float, FreeDeleter> data;
+  size_t capacity = 0;
+};
+thread_local Scratch t_scratch;
+}  // namespace
+
+float* thread_scratch(size_t floats) {
+  Scratch& s = t_scratch;
+  if (floats > s.capacity) {
+    size_t bytes = (floats * sizeof(float) + 63) / 64 * 64;
+    void* p = std::aligned_alloc(64, bytes);
+    if (p == nullptr) throw std::bad_alloc();
+    s.data.reset(static_cast<float*>(p));
+    s.capacity = floats;
+  }
+  return s.data.get();
+}
+
+}  // namespace detail
+}  // namespace remat::cpu

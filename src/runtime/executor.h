@@ -1,0 +1,63 @@
+// The executor: runs a schedule (ac/schedule.h) step by step: forward
+// kernels, recomputation, backward kernels; allocating each value when it is
+// produced and releasing it right after the step the schedule names.
+//
+// In dry-run mode (a counting-only allocator) no kernel runs and no memory is
+// touched: the same allocation requests are made in the same order, so the
+// allocator's books are exactly those of a real run. The planner uses that.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ac/schedule.h"
+#include "runtime/model_state.h"
+
+namespace remat {
+
+struct Batch {
+  const int32_t* inputs = nullptr;   // [batch * seq] token ids
+  const int32_t* targets = nullptr;  // [batch * seq] next-token ids
+};
+
+// What one run executed, counted as it ran (not derived from the plan), so a
+// test can hold the plan to what really happened.
+struct ExecutionCounts {
+  int64_t forward_ops = 0, recompute_ops = 0, backward_ops = 0;
+  int64_t forward_matmuls = 0, recompute_matmuls = 0, backward_matmuls = 0;
+  int64_t forward_flops = 0, recompute_flops = 0, backward_flops = 0;
+  std::vector<int32_t> recomputed_nodes;  // in execution order
+  int64_t executed_flops() const { return forward_flops + recompute_flops + backward_flops; }
+};
+
+class Executor {
+ public:
+  Executor(const Program& program, Schedule schedule, Allocator& allocator,
+           ModelState& state);
+
+  // Runs the schedule on one batch; returns the mean loss. With a backward
+  // schedule, parameter gradients are ACCUMULATED into state.grads.
+  double run(const Batch& batch);
+
+  const ExecutionCounts& counts() const { return counts_; }
+  const Schedule& schedule() const { return schedule_; }
+  bool dry_run() const { return allocator_->counting_only(); }
+
+ private:
+  void forward(const Node& node, int32_t index, bool recompute, const Batch& batch);
+  void backward(const Node& node, const Batch& batch);
+  Tensor& grad_of(ValueId v);
+
+  const Program& program_;
+  Schedule schedule_;
+  Allocator* allocator_;
+  ModelState& state_;
+  std::vector<Tensor> values_;
+  std::vector<Tensor> grads_;
+  ExecutionCounts counts_;
+  std::string label_;
+  double loss_ = 0;
+};
+
+}  // namespace remat

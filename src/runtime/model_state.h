@@ -1,0 +1,32 @@
+// The training state of a model: parameters, their gradients and the
+// optimizer's moments, each accounted under its own memory category.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/tensor.h"
+#include "graph/program.h"
+
+namespace remat {
+
+struct ModelState {
+  ModelState(const Program& program, Allocator& allocator, bool with_gradients);
+
+  // torchtitan's initialisation (spec.md §3), deterministic in `seed`: every
+  // parameter draws from its own stream, seeded from `seed` and its FQN, so
+  // the values do not depend on parameter order or on the other parameters.
+  void initialize(uint64_t seed);
+  void zero_gradients();
+  // Allocates the AdamW moments (zeroed) on first use.
+  void ensure_optimizer_state();
+
+  const Program* program;
+  Allocator* allocator;
+  std::vector<Tensor> params;
+  std::vector<Tensor> grads;       // empty without gradients
+  std::vector<Tensor> exp_avg;     // AdamW first moment
+  std::vector<Tensor> exp_avg_sq;  // AdamW second moment
+};
+
+}  // namespace remat

@@ -1,0 +1,262 @@
+#include "train/trainer.h"
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <thread>
+
+#include "ac/policy.h"
+#include "ac/report.h"
+#include "core/error.h"
+#include "io/dataset.h"
+#include "io/npy.h"
+#include "io/safetensors.h"
+#include "kernels/cpu/kernels.h"
+#include "models/registry.h"
+#include "runtime/executor.h"
+#include "train/checkpoint.h"
+#include "train/lr_schedule.h"
+#include "train/metrics.h"
+#include "train/optimizer.h"
+
+namespace remat {
+
+namespace {
+
+std::atomic<bool> g_stop_requested{false};
+void on_sigint(int) { g_stop_requested = true; }
+
+int configure_threads(const JobConfig& config) {
+  int threads = static_cast<int>(config.training.threads);
+  if (threads == 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  cpu::set_num_threads(threads);
+  return threads;
+}
+
+std::string checkpoint_path(const JobConfig& config, int64_t step) {
+  return (std::filesystem::path(config.job.dump_folder) / config.checkpoint.folder /
+          ("step-" + std::to_string(step) + ".safetensors"))
+      .string();
+}
+
+void print_model(const ModelSummary& s, const Program& program) {
+  std::printf("model: %s %s, %s parameters (%s without the embedding), %d layers, vocab %lld\n",
+              s.family.c_str(), s.flavor.c_str(), with_thousands(s.params).c_str(),
+              with_thousands(s.params - s.embedding_params).c_str(),
+              static_cast<int>(s.n_layers), static_cast<long long>(s.vocab_size));
+  if (s.active_params != s.params) {
+    std::printf("model: %s active parameters per token\n", with_thousands(s.active_params).c_str());
+  }
+  std::printf("program: %zu ops, %zu values, batch %lld x seq %lld\n", program.nodes.size(),
+              program.values.size(), static_cast<long long>(program.batch),
+              static_cast<long long>(program.seq));
+}
+
+}  // namespace
+
+int run_train(const JobConfig& config) {
+  const auto& t = config.training;
+  BuiltModel model = build_model(config.model, t.local_batch_size, t.seq_len);
+  const Program& program = model.program;
+  const AcOptions ac = ac_options_from_config(config);
+  const Plan plan = make_plan(program, ac);
+  print_model(model.summary, program);
+  std::printf("activation checkpointing: %s\n", plan.description.c_str());
+  for (const std::string& w : plan.warnings) std::printf("warning: %s\n", w.c_str());
+  if (config.activation_checkpoint.log_mm_flops) {
+    std::fputs(format_matmul_table(program, plan).c_str(), stdout);
+  }
+  const bool seed_only = config.checkpoint.create_seed_checkpoint;
+  if (t.steps == 0 && !seed_only) {
+    std::printf("training.steps = 0: nothing to train\n");
+    return 0;
+  }
+
+  // Everything the user gave is checked before anything is allocated or written.
+  TokenDataset data;
+  if (!seed_only) data = load_training_tokens(config, model.summary.vocab_size);
+  if (!config.checkpoint.load.empty()) SafetensorsReader::open(config.checkpoint.load);
+  const int threads = configure_threads(config);
+
+  Allocator allocator;
+  ModelState state(program, allocator, /*with_gradients=*/!seed_only);
+  state.initialize(static_cast<uint64_t>(t.seed));
+  int64_t start_step = 0;
+  if (!config.checkpoint.load.empty()) {
+    start_step = load_checkpoint(config.checkpoint.load, state, /*with_optimizer=*/true);
+    std::printf("loaded %s (step %lld)\n", config.checkpoint.load.c_str(),
+                static_cast<long long>(start_step));
+  }
+  if (seed_only) {
+    const std::string path = checkpoint_path(config, 0);
+    save_checkpoint(path, state, 0, /*with_optimizer=*/false);
+    std::printf("seed checkpoint written to %s\n", path.c_str());
+    return 0;
+  }
+  std::printf("dataset: %s\n", data.description.c_str());
+  BatchLoader loader(std::move(data.tokens), t.local_batch_size, t.seq_len, t.dataset);
+  loader.set_position((start_step * t.local_batch_size) % loader.num_windows());
+
+  const double peak_flops = config.metrics.peak_flops > 0
+                                ? config.metrics.peak_flops
+                                : cpu::measure_peak_flops(threads);
+  std::printf("device: CPU, %d threads, peak %.1f GFLOP/s fp32 (%s), memory %s\n", threads,
+              peak_flops / 1e9, config.metrics.peak_flops > 0 ? "from config" : "measured FMA",
+              format_bytes(physical_memory_bytes()).c_str());
+  const int64_t flops_per_token =
+      model_flops_per_token(model.summary.active_params, model.summary.embedding_params,
+                            model.summary.attention_term, t.seq_len);
+
+  Executor executor(program, make_schedule(program, plan, /*with_backward=*/true), allocator,
+                    state);
+  const LrSchedule lr{config.optimizer.lr, config.lr_scheduler.warmup_steps,
+                      config.lr_scheduler.decay_ratio, config.lr_scheduler.decay_type,
+                      config.lr_scheduler.lr_min, t.steps};
+  const AdamWConfig adamw{config.optimizer.beta1, config.optimizer.beta2, config.optimizer.eps,
+                          config.optimizer.weight_decay};
+  std::vector<int32_t> inputs(t.local_batch_size * t.seq_len), targets(inputs.size());
+
+  std::ofstream metrics_file;
+  const std::string metrics_tmp = config.metrics.jsonl_path + ".tmp";
+  if (!config.metrics.jsonl_path.empty()) metrics_file.open(metrics_tmp);
+
+  g_stop_requested = false;
+  auto previous_handler = std::signal(SIGINT, on_sigint);
+  using Clock = std::chrono::steady_clock;
+  auto window_start = Clock::now();
+  int64_t window_tokens = 0, window_peak = 0, window_recompute_flops = 0;
+  int64_t step = start_step;
+  while (step < t.steps && !g_stop_requested) {
+    ++step;
+    loader.next(inputs, targets);
+    state.zero_gradients();
+    allocator.reset_peak();
+    const double loss = executor.run(Batch{inputs.data(), targets.data()});
+    const double grad_norm = clip_grad_norm(state, t.max_norm);
+    adamw_step(state, adamw, lr.at(step), step);
+    window_tokens += static_cast<int64_t>(inputs.size());
+    window_peak = std::max(window_peak, allocator.peak());
+    window_recompute_flops += executor.counts().recompute_flops;
+
+    if (step % config.metrics.log_freq == 0 || step == start_step + 1 || step == t.steps) {
+      const double seconds = std::chrono::duration<double>(Clock::now() - window_start).count();
+      StepMetrics m;
+      m.step = step;
+      m.loss = loss;
+      m.grad_norm = grad_norm;
+      m.peak_bytes = window_peak;
+      m.device_bytes = physical_memory_bytes();
+      m.tokens_per_second = static_cast<double>(window_tokens) / seconds;
+      m.model_flops_per_second = m.tokens_per_second * static_cast<double>(flops_per_token);
+      m.hardware_flops_per_second =
+          m.model_flops_per_second + static_cast<double>(window_recompute_flops) / seconds;
+      m.peak_flops = peak_flops;
+      m.lr = lr.at(step);
+      std::printf("%s\n", format_log_line(m).c_str());
+      std::fflush(stdout);
+      if (metrics_file.is_open()) {
+        const MemorySnapshot& at_peak = allocator.at_peak();
+        char line[512];
+        std::snprintf(line, sizeof line,
+                      "{\"step\": %lld, \"loss\": %.9g, \"grad_norm\": %.9g, \"lr\": %.9g, "
+                      "\"peak_bytes\": %lld, \"activation_bytes_at_peak\": %lld, "
+                      "\"tps\": %.3f, \"mfu\": %.6f, \"hfu\": %.6f}\n",
+                      static_cast<long long>(step), loss, grad_norm, m.lr,
+                      static_cast<long long>(window_peak),
+                      static_cast<long long>(at_peak[MemoryCategory::kActivations]),
+                      m.tokens_per_second, m.model_flops_per_second / peak_flops,
+                      m.hardware_flops_per_second / peak_flops);
+        metrics_file << line;
+      }
+      window_start = Clock::now();
+      window_tokens = window_peak = window_recompute_flops = 0;
+    }
+    if (config.checkpoint.enable && step % config.checkpoint.interval == 0) {
+      save_checkpoint(checkpoint_path(config, step), state, step, true);
+    }
+  }
+  std::signal(SIGINT, previous_handler);
+  if (g_stop_requested) std::printf("interrupted: stopping after step %lld\n", static_cast<long long>(step));
+  if (config.checkpoint.enable && step % config.checkpoint.interval != 0) {
+    const std::string path = checkpoint_path(config, step);
+    save_checkpoint(path, state, step, true);
+    std::printf("checkpoint written to %s\n", path.c_str());
+  }
+  if (metrics_file.is_open()) {
+    metrics_file.close();
+    std::filesystem::rename(metrics_tmp, config.metrics.jsonl_path);
+  }
+  return 0;
+}
+
+int run_eval(const JobConfig& config) {
+  if (config.checkpoint.load.empty()) {
+    throw InputError("eval needs weights: pass --checkpoint.load FILE.safetensors");
+  }
+  if (config.validation.dataset.empty()) {
+    throw InputError("eval needs data: pass --validation.dataset FILE (.npy token ids or text)");
+  }
+  const int64_t seq = config.training.seq_len;
+  BuiltModel model = build_model(config.model, 1, seq);
+  TokenDataset data = load_token_file(config.validation.dataset, config.model.tokenizer,
+                                      model.summary.vocab_size);
+  int64_t rows = count_eval_rows(static_cast<int64_t>(data.tokens.size()), seq);
+  if (config.validation.steps > 0) rows = std::min(rows, config.validation.steps);
+  if (rows == 0) {
+    throw InputError("eval: '" + config.validation.dataset + "' has " +
+                     std::to_string(data.tokens.size()) + " tokens, expected at least seq_len + 1 = " +
+                     std::to_string(seq + 1));
+  }
+  SafetensorsReader::open(config.checkpoint.load);
+  configure_threads(config);
+  Allocator allocator;
+  ModelState state(model.program, allocator, /*with_gradients=*/false);
+  load_checkpoint(config.checkpoint.load, state, /*with_optimizer=*/false);
+  const Plan plan = make_inference_plan(model.program);
+  Executor executor(model.program, make_schedule(model.program, plan, false), allocator, state);
+  std::vector<int32_t> inputs(seq), targets(seq);
+  double sum = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    fill_eval_rows(data.tokens, seq, r, 1, inputs, targets);
+    sum += executor.run(Batch{inputs.data(), targets.data()});
+  }
+  std::printf("validation loss: %.9g\n", sum / static_cast<double>(rows));
+  std::printf("(%lld rows of %lld tokens from %s)\n", static_cast<long long>(rows),
+              static_cast<long long>(seq), config.validation.dataset.c_str());
+  return 0;
+}
+
+int run_dump_gradients(const JobConfig& config, const std::string& tokens_path,
+                       const std::string& out_path) {
+  const int64_t batch = config.training.local_batch_size, seq = config.training.seq_len;
+  BuiltModel model = build_model(config.model, batch, seq);
+  TokenDataset data = load_token_file(tokens_path, "byte", model.summary.vocab_size);
+  if (count_eval_rows(static_cast<int64_t>(data.tokens.size()), seq) < batch) {
+    throw InputError("grads: '" + tokens_path + "' has too few tokens for " +
+                     std::to_string(batch) + " rows of seq_len + 1");
+  }
+  if (config.checkpoint.load.empty()) throw InputError("grads needs --checkpoint.load FILE");
+  configure_threads(config);
+  Allocator allocator;
+  ModelState state(model.program, allocator, true);
+  load_checkpoint(config.checkpoint.load, state, false);
+  const Plan plan = make_plan(model.program, ac_options_from_config(config));
+  Executor executor(model.program, make_schedule(model.program, plan, true), allocator, state);
+  std::vector<int32_t> inputs(batch * seq), targets(batch * seq);
+  fill_eval_rows(data.tokens, seq, 0, batch, inputs, targets);
+  const double loss = executor.run(Batch{inputs.data(), targets.data()});
+  std::vector<SafetensorsEntry> entries;
+  for (size_t i = 0; i < model.program.params.size(); ++i) {
+    entries.push_back({model.program.params[i].fqn, model.program.params[i].shape,
+                       state.grads[i].data()});
+  }
+  save_safetensors(out_path, entries);
+  std::printf("loss: %.9g\n", loss);
+  return 0;
+}
+
+}  // namespace remat

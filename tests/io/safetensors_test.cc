@@ -1,0 +1,275 @@
+#include "io/safetensors.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+
+namespace remat {
+namespace {
+
+namespace fs = std::filesystem;
+
+class SafetensorsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::temp_directory_path() /
+           ("remat_safetensors_test_" + std::to_string(::getpid()) + "_" + info->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string file(const std::string& name) const { return (dir_ / name).string(); }
+
+  // Writes an 8-byte little-endian length, the header text, then `data`.
+  std::string craft(const std::string& name, const std::string& header, size_t data_bytes,
+                    int64_t length_override = -1) const {
+    const std::string path = file(name);
+    std::ofstream out(path, std::ios::binary);
+    const uint64_t len =
+        length_override >= 0 ? static_cast<uint64_t>(length_override) : header.size();
+    for (int i = 0; i < 8; ++i) out.put(static_cast<char>((len >> (8 * i)) & 0xff));
+    out << header;
+    out << std::string(data_bytes, '\0');
+    return path;
+  }
+
+  fs::path dir_;
+};
+
+// Runs f, expects InputError whose message contains every string in `parts`.
+void expect_input_error(const std::function<void()>& f, const std::vector<std::string>& parts) {
+  try {
+    f();
+    FAIL() << "expected InputError";
+  } catch (const InputError& e) {
+    const std::string msg = e.what();
+    for (const std::string& p : parts)
+      EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
+  }
+}
+
+TEST_F(SafetensorsTest, RoundTrip) {
+  std::vector<float> a = {1.5f, -2.25f, 3.0f, 1e-30f, -0.0f, 7.0f};
+  std::vector<float> b(4 * 3 * 2);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(i) * 0.1f - 1.0f;
+  float scalar = 42.0f;
+  const std::string path = file("w.safetensors");
+  save_safetensors(path, {{"z.weight", {2, 3}, a.data()},
+                          {"a.weight", {4, 3, 2}, b.data()},
+                          {"scalar", {}, &scalar},
+                          {"empty", {0, 5}, nullptr}});
+  EXPECT_FALSE(fs::exists(path + ".tmp"));
+
+  SafetensorsReader r = SafetensorsReader::open(path);
+  EXPECT_EQ(r.names(), (std::vector<std::string>{"a.weight", "empty", "scalar", "z.weight"}));
+  EXPECT_TRUE(r.has("a.weight"));
+  EXPECT_FALSE(r.has("b.weight"));
+  EXPECT_EQ(r.shape("a.weight"), (std::vector<int64_t>{4, 3, 2}));
+  EXPECT_EQ(r.shape("scalar"), (std::vector<int64_t>{}));
+  EXPECT_TRUE(r.metadata().empty());
+
+  std::vector<float> got_a(6), got_b(24);
+  float got_scalar = 0;
+  r.read("z.weight", {2, 3}, got_a.data());
+  r.read("a.weight", {4, 3, 2}, got_b.data());
+  r.read("scalar", {}, &got_scalar);
+  r.read("empty", {0, 5}, nullptr);
+  EXPECT_EQ(0, std::memcmp(got_a.data(), a.data(), a.size() * 4));
+  EXPECT_EQ(0, std::memcmp(got_b.data(), b.data(), b.size() * 4));
+  EXPECT_EQ(got_scalar, 42.0f);
+}
+
+TEST_F(SafetensorsTest, HeaderLayoutIsStandard) {
+  std::vector<float> a = {1, 2}, b = {3, 4, 5};
+  const std::string path = file("layout.safetensors");
+  save_safetensors(path, {{"first", {2}, a.data()}, {"second", {3}, b.data()}}, {{"format", "pt"}});
+  std::ifstream in(path, std::ios::binary);
+  unsigned char len_bytes[8];
+  in.read(reinterpret_cast<char*>(len_bytes), 8);
+  uint64_t len = 0;
+  for (int i = 0; i < 8; ++i) len |= static_cast<uint64_t>(len_bytes[i]) << (8 * i);
+  EXPECT_EQ(len % 8, 0u);
+  std::string header(len, '\0');
+  in.read(header.data(), static_cast<std::streamsize>(len));
+  EXPECT_EQ(header.front(), '{');
+  EXPECT_NE(header.find("\"dtype\":\"F32\""), std::string::npos) << header;
+  // Data in entry order: "first" at [0, 8), "second" at [8, 20).
+  EXPECT_NE(header.find("\"data_offsets\":[0,8]"), std::string::npos) << header;
+  EXPECT_NE(header.find("\"data_offsets\":[8,20]"), std::string::npos) << header;
+  EXPECT_NE(header.find("\"__metadata__\":{\"format\":\"pt\"}"), std::string::npos) << header;
+  EXPECT_EQ(fs::file_size(path), 8 + len + 20);
+}
+
+TEST_F(SafetensorsTest, Metadata) {
+  float x = 1.0f;
+  const std::string path = file("meta.safetensors");
+  save_safetensors(path, {{"x", {1}, &x}}, {{"step", "12"}, {"format", "pt"}});
+  SafetensorsReader r = SafetensorsReader::open(path);
+  EXPECT_EQ(r.names(), (std::vector<std::string>{"x"}));  // __metadata__ is not a tensor
+  EXPECT_FALSE(r.has("__metadata__"));
+  ASSERT_EQ(r.metadata().size(), 2u);
+  EXPECT_EQ(r.metadata().at("step"), "12");
+  EXPECT_EQ(r.metadata().at("format"), "pt");
+}
+
+TEST_F(SafetensorsTest, CreatesParentDirectoriesAndOverwrites) {
+  float x = 1.0f, y = 2.0f;
+  const std::string path = file("a/b/c/ckpt.safetensors");
+  save_safetensors(path, {{"x", {1}, &x}});
+  save_safetensors(path, {{"y", {1}, &y}});
+  SafetensorsReader r = SafetensorsReader::open(path);
+  EXPECT_EQ(r.names(), (std::vector<std::string>{"y"}));
+  float got = 0;
+  r.read("y", {1}, &got);
+  EXPECT_EQ(got, 2.0f);
+  EXPECT_FALSE(fs::exists(path + ".tmp"));
+}
+
+TEST_F(SafetensorsTest, RejectsBadEntriesWhenWriting) {
+  float x = 1.0f;
+  const std::string path = file("bad.safetensors");
+  EXPECT_THROW(save_safetensors(path, {{"x", {1}, &x}, {"x", {1}, &x}}), std::invalid_argument);
+  EXPECT_THROW(save_safetensors(path, {{"__metadata__", {1}, &x}}), std::invalid_argument);
+  EXPECT_THROW(save_safetensors(path, {{"", {1}, &x}}), std::invalid_argument);
+  EXPECT_FALSE(fs::exists(path));
+}
+
+TEST_F(SafetensorsTest, UnwritablePathIsInputError) {
+  float x = 1.0f;
+  const std::string blocker = craft("blocker", "x", 0);  // a file where a directory should be
+  expect_input_error(
+      [&] {
+        save_safetensors(blocker + "/sub/w.safetensors", {{"x", {1}, &x}});
+      },
+      {blocker});
+}
+
+TEST_F(SafetensorsTest, MissingFile) {
+  const std::string path = file("nope.safetensors");
+  expect_input_error([&] { SafetensorsReader::open(path); }, {path, "no such file"});
+}
+
+TEST_F(SafetensorsTest, Directory) {
+  const std::string path = file("adir");
+  fs::create_directories(path);
+  expect_input_error([&] { SafetensorsReader::open(path); }, {path, "directory"});
+}
+
+TEST_F(SafetensorsTest, ShorterThanEightBytes) {
+  const std::string path = file("short.safetensors");
+  std::ofstream(path, std::ios::binary) << "abc";
+  expect_input_error([&] { SafetensorsReader::open(path); }, {path, "3 bytes", "8-byte"});
+  const std::string empty = file("empty.safetensors");
+  std::ofstream(empty, std::ios::binary).flush();
+  expect_input_error([&] { SafetensorsReader::open(empty); }, {empty, "0 bytes"});
+}
+
+TEST_F(SafetensorsTest, HeaderLengthLargerThanFile) {
+  const std::string path = craft("long.safetensors", "{}      ", 0, 1000);
+  expect_input_error([&] { SafetensorsReader::open(path); },
+                     {path, "header length 1000", "larger"});
+  const std::string huge = craft("huge.safetensors", "{}      ", 0, INT64_MAX);
+  expect_input_error([&] { SafetensorsReader::open(huge); }, {huge, "larger"});
+}
+
+TEST_F(SafetensorsTest, InvalidJson) {
+  const std::string path = craft("json.safetensors", "{\"x\": {\"dtype\": ", 0);
+  expect_input_error([&] { SafetensorsReader::open(path); }, {path, "not valid JSON"});
+  const std::string arr = craft("array.safetensors", "[1, 2]  ", 0);
+  expect_input_error([&] { SafetensorsReader::open(arr); }, {arr, "JSON object"});
+}
+
+TEST_F(SafetensorsTest, EmptyHeaderObjectIsAnEmptyFile) {
+  const std::string path = craft("none.safetensors", "{}      ", 0);
+  SafetensorsReader r = SafetensorsReader::open(path);
+  EXPECT_TRUE(r.names().empty());
+}
+
+TEST_F(SafetensorsTest, DtypeOtherThanF32) {
+  const std::string path =
+      craft("f16.safetensors", R"({"x":{"dtype":"F16","shape":[2],"data_offsets":[0,4]}})", 4);
+  expect_input_error([&] { SafetensorsReader::open(path); }, {path, "'x'", "\"F16\"", "F32"});
+  const std::string bf =
+      craft("bf16.safetensors", R"({"x":{"dtype":"BF16","shape":[2],"data_offsets":[0,4]}})", 4);
+  expect_input_error([&] { SafetensorsReader::open(bf); }, {bf, "BF16"});
+}
+
+TEST_F(SafetensorsTest, MissingEntryFields) {
+  const std::string path = craft("fields.safetensors", R"({"x":{"dtype":"F32","shape":[2]}})", 8);
+  expect_input_error([&] { SafetensorsReader::open(path); }, {path, "'x'", "data_offsets"});
+  const std::string neg =
+      craft("neg.safetensors", R"({"x":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", 8);
+  expect_input_error([&] { SafetensorsReader::open(neg); }, {neg, "shape"});
+}
+
+TEST_F(SafetensorsTest, DataOffsetsOutsideFile) {
+  const std::string path =
+      craft("outside.safetensors", R"({"x":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", 8);
+  expect_input_error([&] { SafetensorsReader::open(path); }, {path, "'x'", "outside the file"});
+  const std::string backwards = craft(
+      "backwards.safetensors", R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[8,4]}})", 8);
+  expect_input_error([&] { SafetensorsReader::open(backwards); }, {backwards, "begin <= end"});
+}
+
+TEST_F(SafetensorsTest, DataOffsetsInconsistentWithShape) {
+  const std::string path =
+      craft("incons.safetensors", R"({"x":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 16);
+  expect_input_error([&] { SafetensorsReader::open(path); }, {path, "'x'", "8 bytes", "[3]", "12"});
+  const std::string overflow =
+      craft("overflow.safetensors",
+            R"({"x":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,8]}})", 8);
+  expect_input_error([&] { SafetensorsReader::open(overflow); }, {overflow, "'x'"});
+}
+
+TEST_F(SafetensorsTest, BadMetadata) {
+  const std::string path = craft("meta.safetensors", R"({"__metadata__":{"step":12}})", 0);
+  expect_input_error([&] { SafetensorsReader::open(path); }, {path, "__metadata__", "string"});
+}
+
+TEST_F(SafetensorsTest, MissingTensorName) {
+  float x = 1.0f;
+  const std::string path = file("w.safetensors");
+  save_safetensors(path, {{"x", {1}, &x}});
+  SafetensorsReader r = SafetensorsReader::open(path);
+  float got = 0;
+  expect_input_error([&] { r.read("output.weight", {1}, &got); }, {path, "'output.weight'"});
+  expect_input_error([&] { r.shape("output.weight"); }, {path, "'output.weight'"});
+}
+
+TEST_F(SafetensorsTest, ShapeMismatchShowsBothShapes) {
+  std::vector<float> a(6, 1.0f);
+  const std::string path = file("w.safetensors");
+  save_safetensors(path, {{"layers.0.attention.wq.weight", {2, 3}, a.data()}});
+  SafetensorsReader r = SafetensorsReader::open(path);
+  std::vector<float> got(6, 0.0f);
+  expect_input_error(
+      [&] {
+        r.read("layers.0.attention.wq.weight", {3, 2}, got.data());
+      },
+      {path, "'layers.0.attention.wq.weight'", "[2, 3]", "expected [3, 2]"});
+  EXPECT_EQ(got, std::vector<float>(6, 0.0f));  // nothing written on failure
+}
+
+TEST_F(SafetensorsTest, TruncatedAfterOpen) {
+  std::vector<float> a(16, 3.0f);
+  const std::string path = file("w.safetensors");
+  save_safetensors(path, {{"x", {16}, a.data()}});
+  SafetensorsReader r = SafetensorsReader::open(path);
+  fs::resize_file(path, fs::file_size(path) - 8);
+  std::vector<float> got(16);
+  expect_input_error([&] { r.read("x", {16}, got.data()); }, {path, "'x'"});
+}
+
+}  // namespace
+}  // namespace remat
