@@ -32,7 +32,9 @@ std::string format_matmul_table(const Program& program, const Plan& plan, bool w
                   static_cast<long long>(a.m), static_cast<long long>(a.k),
                   static_cast<long long>(a.k), static_cast<long long>(a.n));
     std::string decision = to_string(d.reason);
-    if (d.reason == MatmulReason::kMatchedFilter) decision += " '" + d.matched_pattern + "'";
+    if (d.reason == MatmulReason::kMatchedFilter) {
+      decision = "recomputed (matched filter '" + d.matched_pattern + "')";
+    }
     Row row{generalize_layer_index(node.fqn), shape, decision, forward_flops(node),
             a.m * a.n * 4, 1};
     const std::string key = row.fqn + "|" + row.shape + "|" + row.decision;
