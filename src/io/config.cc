@@ -6,6 +6,8 @@
 // with the same name and type.
 #include "io/config.h"
 
+#include <toml++/toml.h>
+
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -13,10 +15,10 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string_view>
 #include <system_error>
-#include <toml++/toml.h>
 #include <variant>
 
 #include "core/error.h"
@@ -35,7 +37,8 @@ struct Field {
 
 // The macro writes each section and key name once, from the member itself,
 // so a name in the table can never drift from the struct's field name.
-#define REMAT_FIELD(section, key) Field{#section, #key, &c.section.key}
+#define REMAT_FIELD(section, key) \
+  Field { #section, #key, &c.section.key }
 std::vector<Field> fields_of(JobConfig& c) {
   return {
       REMAT_FIELD(job, description),
@@ -126,13 +129,10 @@ std::string render(const FieldRef& ref) {
 }
 
 const char* expectation(const FieldRef& ref) {
-  switch (ref.index()) {
-    case 0: return "expected an integer";
-    case 1: return "expected a number";
-    case 2: return "expected true or false";
-    case 3: return "expected a string";
-    default: return "expected a list of strings";
-  }
+  static const char* const kByIndex[] = {"expected an integer", "expected a number",
+                                         "expected true or false", "expected a string",
+                                         "expected a list of strings"};
+  return kByIndex[ref.index()];
 }
 
 // The key table plus where each key was last set, for error messages.
@@ -146,11 +146,7 @@ class Schema {
       if (out.empty() || out.back() != f.section) out.emplace_back(f.section);
     return out;
   }
-  bool has_section(std::string_view section) const {
-    for (const auto& f : fields_)
-      if (f.section == section) return true;
-    return false;
-  }
+  bool has_section(std::string_view section) const { return !keys_in(section).empty(); }
   std::vector<std::string> keys_in(std::string_view section) const {
     std::vector<std::string> out;
     for (const auto& f : fields_)
@@ -176,8 +172,8 @@ class Schema {
   }
   [[noreturn]] void unknown_key(std::string_view section, std::string_view key,
                                 const std::string& where) const {
-    throw InputError("config error: unknown key '" + std::string(section) + "." +
-                     std::string(key) + "'" + where + " (known keys in [" + std::string(section) +
+    throw InputError("config error: unknown key '" + std::string(section) + "." + std::string(key) +
+                     "'" + where + " (known keys in [" + std::string(section) +
                      "]: " + join(keys_in(section), ", ") + ")");
   }
 
@@ -195,38 +191,45 @@ class Schema {
 // ---- TOML ------------------------------------------------------------------
 
 std::string render_node(const toml::node& node) {
-  std::ostringstream os;
-  node.visit([&](const auto& n) { os << n; });
-  std::string s = os.str();
+  // Strings as the user most likely typed them ("ten"), not toml++'s 'ten'.
+  std::string s;
+  if (const auto* text = node.as_string()) {
+    s = in_quotes(text->get());
+  } else {
+    std::ostringstream os;
+    node.visit([&](const auto& n) { os << n; });
+    s = os.str();
+  }
   return s.size() > 60 ? s.substr(0, 57) + "..." : s;
 }
 
 // Stores `node` into the field or throws naming the key, value and type.
 void assign_from_toml(const Field& field, const toml::node& node, const std::string& where) {
-  bool ok = true;
-  std::visit(
-      [&](auto* target) {
+  const bool ok = std::visit(
+      [&](auto* target) -> bool {
         using T = std::remove_pointer_t<decltype(target)>;
-        if constexpr (std::is_same_v<T, int64_t>) {
-          if (auto v = node.value_exact<int64_t>()) *target = *v; else ok = false;
-        } else if constexpr (std::is_same_v<T, double>) {
-          if (node.is_integer()) *target = static_cast<double>(*node.value_exact<int64_t>());
-          else if (auto v = node.value_exact<double>(); v && std::isfinite(*v)) *target = *v;
-          else ok = false;
-        } else if constexpr (std::is_same_v<T, bool>) {
-          if (auto v = node.value_exact<bool>()) *target = *v; else ok = false;
-        } else if constexpr (std::is_same_v<T, std::string>) {
-          if (auto v = node.value_exact<std::string>()) *target = *v; else ok = false;
-        } else {
+        if constexpr (std::is_same_v<T, double>) {  // integers are numbers too
+          std::optional<double> v = node.is_integer()
+                                        ? static_cast<double>(*node.value_exact<int64_t>())
+                                        : node.value_exact<double>();
+          if (!v || !std::isfinite(*v)) return false;
+          *target = *v;
+          return true;
+        } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
           const toml::array* array = node.as_array();
+          if (!array) return false;
           std::vector<std::string> items;
-          if (!array) ok = false;
-          else
-            for (const auto& element : *array) {
-              if (auto v = element.value_exact<std::string>()) items.push_back(*v);
-              else ok = false;
-            }
-          if (ok) *target = std::move(items);
+          for (const auto& element : *array) {
+            auto v = element.value_exact<std::string>();
+            if (!v) return false;
+            items.push_back(*v);
+          }
+          *target = std::move(items);
+          return true;
+        } else {
+          auto v = node.value_exact<T>();
+          if (v) *target = *v;
+          return v.has_value();
         }
       },
       field.ref);
@@ -257,8 +260,7 @@ void apply_toml(Schema& schema, const std::string& text, const std::string& sour
       std::string hint;
       for (const auto& s : schema.sections())
         if (schema.find(s, section)) hint += (hint.empty() ? "" : " or ") + ("[" + s + "]");
-      throw InputError("config error: key '" + section + "'" + where +
-                       " is outside any section" +
+      throw InputError("config error: key '" + section + "'" + where + " is outside any section" +
                        (hint.empty() ? "" : "; did you mean to put it under " + hint + "?") +
                        " (known sections: " + join(schema.sections(), ", ") + ")");
     }
@@ -345,8 +347,8 @@ void apply_overrides(Schema& schema, const std::vector<std::string>& args) {
     const size_t eq = arg.find('=');
     const std::string name = arg.substr(0, eq).substr(std::min<size_t>(2, arg.size()));
     const size_t dot = name.find('.');
-    if (!arg.starts_with("--") || dot == std::string::npos || dot == 0 ||
-        dot + 1 == name.size() || name.find('.', dot + 1) != std::string::npos)
+    if (!arg.starts_with("--") || dot == std::string::npos || dot == 0 || dot + 1 == name.size() ||
+        name.find('.', dot + 1) != std::string::npos)
       throw InputError("config error: bad override '" + arg +
                        "': expected --section.key value or --section.key=value");
     const std::string section = name.substr(0, dot), key = name.substr(dot + 1);
@@ -380,9 +382,16 @@ bool is_decimal(std::string_view s) {
 
 // "12GiB", "512 MB", "1.5TiB", "100B": a size in bytes with a unit; 0 on failure.
 double parse_size(const std::string& s) {
-  static const std::pair<const char*, double> units[] = {
-      {"TiB", 1099511627776.0}, {"GiB", 1073741824.0}, {"MiB", 1048576.0}, {"KiB", 1024.0},
-      {"TB", 1e12}, {"GB", 1e9}, {"MB", 1e6}, {"KB", 1e3}, {"kB", 1e3}, {"B", 1.0}};
+  static const std::pair<const char*, double> units[] = {{"TiB", 1099511627776.0},
+                                                         {"GiB", 1073741824.0},
+                                                         {"MiB", 1048576.0},
+                                                         {"KiB", 1024.0},
+                                                         {"TB", 1e12},
+                                                         {"GB", 1e9},
+                                                         {"MB", 1e6},
+                                                         {"KB", 1e3},
+                                                         {"kB", 1e3},
+                                                         {"B", 1.0}};
   for (const auto& [unit, scale] : units) {
     if (!s.ends_with(unit)) continue;
     double number = 0;
@@ -463,7 +472,7 @@ void validate(const JobConfig& c, Schema& schema) {
   if (!ac.memory_budget.empty()) {
     double fraction = -1;
     bool ok = parse_double(ac.memory_budget, fraction) ? fraction >= 0 && fraction <= 1
-                                                        : parse_size(ac.memory_budget) > 0;
+                                                       : parse_size(ac.memory_budget) > 0;
     v.require(ok, "activation_checkpoint.memory_budget",
               "a fraction in [0, 1] such as \"0.5\" or a size such as \"12GiB\"");
   }
@@ -480,8 +489,8 @@ void validate(const JobConfig& c, Schema& schema) {
   v.require(c.validation.freq > 0, "validation.freq", "an integer > 0");
   v.require(c.validation.steps == -1 || c.validation.steps >= 1, "validation.steps",
             "an integer >= 1, or -1 (the whole file)");
-  v.require(c.parallelism.data_parallel_shard_degree >= 1,
-            "parallelism.data_parallel_shard_degree", "an integer >= 1");
+  v.require(c.parallelism.data_parallel_shard_degree >= 1, "parallelism.data_parallel_shard_degree",
+            "an integer >= 1");
   v.require(c.memory.limit.empty() || parse_size(c.memory.limit) > 0, "memory.limit",
             "a size such as \"16GiB\" or \"\" (physical RAM)");
 }

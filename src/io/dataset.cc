@@ -45,9 +45,10 @@ std::string read_text_file(const std::string& path) {
 ByteTokenizer text_tokenizer(const std::string& tokenizer, const std::string& path,
                              int64_t vocab_size) {
   if (tokenizer != "byte")
-    throw InputError("dataset error: '" + path + "' is text, and only the byte tokenizer can "
-                     "tokenise text (model.tokenizer = \"" + tokenizer +
-                     "\"); set model.tokenizer = \"byte\" or give a .npy token file");
+    throw InputError("dataset error: '" + path +
+                     "' is text, and only the byte tokenizer can "
+                     "tokenise text (model.tokenizer = \"" +
+                     tokenizer + "\"); set model.tokenizer = \"byte\" or give a .npy token file");
   return ByteTokenizer(vocab_size);
 }
 
@@ -97,8 +98,10 @@ int64_t append_fortunes(const std::string& content, const ByteTokenizer& tokeniz
   std::istringstream lines(content);
   std::string line;
   while (std::getline(lines, line)) {
-    if (line == "%" || line == "%\r") flush();
-    else quote += line + "\n";
+    if (line == "%" || line == "%\r")
+      flush();
+    else
+      quote += line + "\n";
   }
   flush();
   return quotes;
@@ -116,16 +119,15 @@ TokenDataset load_token_file(const std::string& path, const std::string& tokeniz
         throw InputError("dataset error: '" + path + "': token at index " + std::to_string(i) +
                          " is " + std::to_string(data.tokens[i]) +
                          ", expected ids < model.vocab_size = " + std::to_string(vocab_size));
-    data.description = "'" + path + "' (token ids): " + with_commas(data.tokens.size()) +
-                       " tokens";
+    data.description = "'" + path + "' (token ids): " + with_commas(data.tokens.size()) + " tokens";
     return data;
   }
   const ByteTokenizer byte_tokenizer = text_tokenizer(tokenizer, path, vocab_size);
   const std::string content = read_text_file(path);
   if (has_extension(path, ".jsonl")) {
     const int64_t documents = append_jsonl(path, content, byte_tokenizer, data.tokens);
-    data.description = "'" + path + "' (JSONL, " + with_commas(documents) + " documents): " +
-                       with_commas(data.tokens.size()) + " tokens";
+    data.description = "'" + path + "' (JSONL, " + with_commas(documents) +
+                       " documents): " + with_commas(data.tokens.size()) + " tokens";
   } else {
     byte_tokenizer.append_document(content, data.tokens);
     data.description = "'" + path + "' (text): " + with_commas(data.tokens.size()) + " tokens";
@@ -136,10 +138,12 @@ TokenDataset load_token_file(const std::string& path, const std::string& tokeniz
 TokenDataset load_fortunes(const std::string& dir, int64_t vocab_size) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec))
-    throw InputError("dataset error: the default dataset 'fortunes' needs the Debian package "
-                     "`fortunes`, whose quotes live in " + dir +
-                     ", which is missing; install it (apt-get install fortunes; `make run` "
-                     "does it) or set training.dataset_path to a .txt, .jsonl or .npy file");
+    throw InputError(
+        "dataset error: the default dataset 'fortunes' needs the Debian package "
+        "`fortunes`, whose quotes live in " +
+        dir +
+        ", which is missing; install it (apt-get install fortunes; `make run` "
+        "does it) or set training.dataset_path to a .txt, .jsonl or .npy file");
   const ByteTokenizer tokenizer(vocab_size);
   std::vector<std::string> files;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
@@ -154,7 +158,8 @@ TokenDataset load_fortunes(const std::string& dir, int64_t vocab_size) {
 
   TokenDataset data;
   int64_t quotes = 0;
-  for (const auto& file : files) quotes += append_fortunes(read_text_file(file), tokenizer, data.tokens);
+  for (const auto& file : files)
+    quotes += append_fortunes(read_text_file(file), tokenizer, data.tokens);
   if (data.tokens.empty())
     throw InputError("dataset error: no fortune files found in " + dir +
                      "; reinstall the Debian package `fortunes`");
@@ -166,14 +171,17 @@ TokenDataset load_fortunes(const std::string& dir, int64_t vocab_size) {
 
 TokenDataset load_training_tokens(const JobConfig& cfg, int64_t vocab_size) {
   const auto& t = cfg.training;
-  if (!t.dataset_path.empty()) return load_token_file(t.dataset_path, cfg.model.tokenizer, vocab_size);
+  if (!t.dataset_path.empty())
+    return load_token_file(t.dataset_path, cfg.model.tokenizer, vocab_size);
   if (t.dataset != "fortunes")
     throw InputError("config error: training.dataset = \"" + t.dataset +
                      "\": unknown dataset (known: fortunes); or set training.dataset_path to a "
                      ".txt, .jsonl or .npy file");
   if (cfg.model.tokenizer != "byte")
-    throw InputError("dataset error: the fortunes dataset is text, and only the byte tokenizer "
-                     "can tokenise text (model.tokenizer = \"" + cfg.model.tokenizer + "\")");
+    throw InputError(
+        "dataset error: the fortunes dataset is text, and only the byte tokenizer "
+        "can tokenise text (model.tokenizer = \"" +
+        cfg.model.tokenizer + "\")");
   return load_fortunes(kFortunesDir, vocab_size);
 }
 

@@ -110,7 +110,8 @@ class HeaderParser {
         if (v > (std::numeric_limits<int64_t>::max() - 9) / 10) return false;
         v = v * 10 + (s_[pos_++] - '0');
       }
-      while (eat('L')) {}  // Python 2 longs
+      while (eat('L')) {
+      }  // Python 2 longs
       if (pos_ == start) return false;
       out.push_back(v);
       skip();
@@ -142,16 +143,16 @@ void convert(const std::string& path, const char* bytes, int64_t count, int64_t 
                        std::to_string(v) + ", expected a token id >= 0");
     }
     if (static_cast<uint64_t>(v) > static_cast<uint64_t>(std::numeric_limits<int32_t>::max()))
-      fail(path, "token at index " + std::to_string(first_index + i) + " is " +
-                     std::to_string(v) + ", too large for a token id (expected < 2^31)");
+      fail(path, "token at index " + std::to_string(first_index + i) + " is " + std::to_string(v) +
+                     ", too large for a token id (expected < 2^31)");
     out[i] = static_cast<int32_t>(v);
   }
 }
 
-void write_npy(const std::string& path, const std::string& descr, const void* data,
-               int64_t bytes, const std::vector<int64_t>& shape) {
-  std::string header = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " +
-                       shape_text(shape) + ", }";
+void write_npy(const std::string& path, const std::string& descr, const void* data, int64_t bytes,
+               const std::vector<int64_t>& shape) {
+  std::string header =
+      "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shape_text(shape) + ", }";
   // numpy pads magic + version + length + header + '\n' to a multiple of 64.
   const size_t prefix = kMagicSize + 2 + 2;
   header.append((64 - (prefix + header.size() + 1) % 64) % 64, ' ');
@@ -229,19 +230,21 @@ std::vector<int32_t> read_npy_tokens(const std::string& path) {
   if (dict.count("fortran_order") && dict["fortran_order"].text != "False" &&
       dict["fortran_order"].text != "True")
     fail(path, "malformed header: fortran_order is '" + dict["fortran_order"].text + "'");
-  // fortran_order True is accepted: a 1-D array has the same bytes either way.
-  if (shape.size() != 1)
-    fail(path, "array of shape " + shape_text(shape) +
-                   ", expected a 1-D array of token ids");
-
   int item_size = 0;
-  if (descr == "<u2") item_size = 2;
-  else if (descr == "<u4" || descr == "<i4") item_size = 4;
-  else if (descr == "<i8") item_size = 8;
+  if (descr == "<u2")
+    item_size = 2;
+  else if (descr == "<u4" || descr == "<i4")
+    item_size = 4;
+  else if (descr == "<i8")
+    item_size = 8;
   else
     fail(path, "unsupported dtype '" + descr +
                    "', expected one of '<u2' (uint16), '<u4' (uint32), '<i4' (int32), "
                    "'<i8' (int64)");
+
+  // fortran_order True is accepted: a 1-D array has the same bytes either way.
+  if (shape.size() != 1)
+    fail(path, "array of shape " + shape_text(shape) + ", expected a 1-D array of token ids");
 
   const int64_t count = shape[0];
   const int64_t available = file_size - data_offset;
@@ -260,10 +263,14 @@ std::vector<int32_t> read_npy_tokens(const std::string& path) {
     if (in.gcount() != n * item_size)
       fail(path, "truncated data: read failed at token " + std::to_string(first));
     int32_t* out = tokens.data() + first;
-    if (descr == "<u2") convert<uint16_t>(path, chunk.data(), n, first, out);
-    else if (descr == "<u4") convert<uint32_t>(path, chunk.data(), n, first, out);
-    else if (descr == "<i4") convert<int32_t>(path, chunk.data(), n, first, out);
-    else convert<int64_t>(path, chunk.data(), n, first, out);
+    if (descr == "<u2")
+      convert<uint16_t>(path, chunk.data(), n, first, out);
+    else if (descr == "<u4")
+      convert<uint32_t>(path, chunk.data(), n, first, out);
+    else if (descr == "<i4")
+      convert<int32_t>(path, chunk.data(), n, first, out);
+    else
+      convert<int64_t>(path, chunk.data(), n, first, out);
   }
   return tokens;
 }

@@ -19,7 +19,6 @@ std::vector<int32_t> ByteTokenizer::encode(std::string_view text) const {
 }
 
 void ByteTokenizer::append_document(std::string_view document, std::vector<int32_t>& out) const {
-  out.reserve(out.size() + document.size() + 2);
   out.push_back(kBos);
   for (char c : document) out.push_back(static_cast<unsigned char>(c));
   out.push_back(kEos);
@@ -29,8 +28,10 @@ std::string ByteTokenizer::decode(std::span<const int32_t> ids) const {
   std::string text;
   text.reserve(ids.size());
   for (int32_t id : ids) {
-    if (id >= 0 && id < 256) text.push_back(static_cast<char>(id));
-    else if (id != kBos && id != kEos) text += "\xEF\xBF\xBD";  // U+FFFD
+    if (id >= 0 && id < 256)
+      text.push_back(static_cast<char>(id));
+    else if (id != kBos && id != kEos)
+      text += "\xEF\xBF\xBD";  // U+FFFD
   }
   return text;
 }

@@ -1,5 +1,6 @@
 #include "runtime/executor.h"
 
+#include <chrono>
 #include <stdexcept>
 
 #include "runtime/cpu_ops.h"
@@ -31,12 +32,17 @@ double Executor::run(const Batch& batch) {
   for (const Step& step : schedule_.steps) {
     const Node& node = program_.nodes[step.node];
     label_ = std::string(to_string(step.kind)) + " " + node.fqn;
+    const auto start = std::chrono::steady_clock::now();
     switch (step.kind) {
       case Step::Kind::kForward: forward(node, step.node, false, batch); break;
       case Step::Kind::kRecompute: forward(node, step.node, true, batch); break;
       case Step::Kind::kBackward: backward(node, batch); break;
     }
     for (ValueId v : step.free_after) values_[v].reset();
+    if (profiling_) {
+      counts_.seconds_by_op[std::string(to_string(step.kind)) + " " + op_info(node.kind).name] +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    }
   }
   allocator_->set_label(nullptr);
   return loss_;

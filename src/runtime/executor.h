@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,8 @@ struct ExecutionCounts {
   int64_t forward_matmuls = 0, recompute_matmuls = 0, backward_matmuls = 0;
   int64_t forward_flops = 0, recompute_flops = 0, backward_flops = 0;
   std::vector<int32_t> recomputed_nodes;  // in execution order
+  // Wall time per (phase, op kind name), filled when profiling is on.
+  std::map<std::string, double> seconds_by_op;
   int64_t executed_flops() const { return forward_flops + recompute_flops + backward_flops; }
 };
 
@@ -42,6 +45,8 @@ class Executor {
 
   const ExecutionCounts& counts() const { return counts_; }
   const Schedule& schedule() const { return schedule_; }
+  // Times every step by phase and op kind (counts().seconds_by_op).
+  void set_profiling(bool on) { profiling_ = on; }
   bool dry_run() const { return allocator_->counting_only(); }
 
  private:
@@ -58,6 +63,7 @@ class Executor {
   ExecutionCounts counts_;
   std::string label_;
   double loss_ = 0;
+  bool profiling_ = false;
 };
 
 }  // namespace remat

@@ -3,6 +3,8 @@
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
+#include <map>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -113,6 +115,10 @@ int run_train(const JobConfig& config) {
 
   Executor executor(program, make_schedule(program, plan, /*with_backward=*/true), allocator,
                     state);
+  // REMAT_PROFILE=1 prints where each step's time goes, per phase and op.
+  const bool profile = std::getenv("REMAT_PROFILE") != nullptr;
+  executor.set_profiling(profile);
+  std::map<std::string, double> profile_seconds;
   const LrSchedule lr{config.optimizer.lr, config.lr_scheduler.warmup_steps,
                       config.lr_scheduler.decay_ratio, config.lr_scheduler.decay_type,
                       config.lr_scheduler.lr_min, t.steps};
@@ -141,6 +147,7 @@ int run_train(const JobConfig& config) {
     window_tokens += static_cast<int64_t>(inputs.size());
     window_peak = std::max(window_peak, allocator.peak());
     window_recompute_flops += executor.counts().recompute_flops;
+    for (const auto& [op, seconds] : executor.counts().seconds_by_op) profile_seconds[op] += seconds;
 
     if (step % config.metrics.log_freq == 0 || step == start_step + 1 || step == t.steps) {
       const double seconds = std::chrono::duration<double>(Clock::now() - window_start).count();
@@ -162,7 +169,7 @@ int run_train(const JobConfig& config) {
         const MemorySnapshot& at_peak = allocator.at_peak();
         char line[512];
         std::snprintf(line, sizeof line,
-                      "{\"step\": %lld, \"loss\": %.9g, \"grad_norm\": %.9g, \"lr\": %.9g, "
+                      "{\"step\": %lld, \"loss\": %.17g, \"grad_norm\": %.17g, \"lr\": %.17g, "
                       "\"peak_bytes\": %lld, \"activation_bytes_at_peak\": %lld, "
                       "\"tps\": %.3f, \"mfu\": %.6f, \"hfu\": %.6f}\n",
                       static_cast<long long>(step), loss, grad_norm, m.lr,
@@ -185,6 +192,14 @@ int run_train(const JobConfig& config) {
     const std::string path = checkpoint_path(config, step);
     save_checkpoint(path, state, step, true);
     std::printf("checkpoint written to %s\n", path.c_str());
+  }
+  if (profile) {
+    double total = 0;
+    for (const auto& [op, seconds] : profile_seconds) total += seconds;
+    std::printf("profile (%lld steps, %.3f s in ops):\n", static_cast<long long>(step - start_step), total);
+    for (const auto& [op, seconds] : profile_seconds) {
+      std::printf("  %-28s %9.3f s  %5.1f%%\n", op.c_str(), seconds, 100.0 * seconds / total);
+    }
   }
   if (metrics_file.is_open()) {
     metrics_file.close();

@@ -205,8 +205,8 @@ limit = "16GiB"
 
 TEST(Config, OverridesOfEveryType) {
   const JobConfig c = parse("[training]\nsteps = 5\n",
-                            {"--training.steps", "7",                       // int
-                             "--optimizer.lr=1e-3",                         // double, = form
+                            {"--training.steps", "7",  // int
+                             "--optimizer.lr=1e-3",    // double, = form
                              "--activation_checkpoint.selective_op_ac_mm_flops_threshold",
                              "1e50",                                        // double exponent
                              "--metrics.peak_flops=2",                      // int for a double
@@ -215,8 +215,8 @@ TEST(Config, OverridesOfEveryType) {
                              "--job.description", "hello world",            // string
                              "--training.dataset_path=a=b.txt",             // '=' in a value
                              "--activation_checkpoint.per_op_sac_force_recompute_mm_by_fqns",
-                             "attention.wk,feed_forward.w1",                // list
-                             "--validation.steps", "-1"});                  // negative int
+                             "attention.wk,feed_forward.w1",  // list
+                             "--validation.steps", "-1"});    // negative int
   EXPECT_EQ(c.training.steps, 7);
   EXPECT_EQ(c.optimizer.lr, 1e-3);
   EXPECT_EQ(c.activation_checkpoint.selective_op_ac_mm_flops_threshold, 1e50);
@@ -240,15 +240,15 @@ TEST(Config, ListOverrideForms) {
   EXPECT_EQ(list("a, b"), (std::vector<std::string>{"a", "b"}));
   EXPECT_TRUE(parse("", {"--activation_checkpoint.per_op_sac_force_recompute_mm_by_fqns", ""})
                   .activation_checkpoint.per_op_sac_force_recompute_mm_by_fqns.empty());
-  EXPECT_NE(error_of_overrides(
-                {"--activation_checkpoint.per_op_sac_force_recompute_mm_by_fqns=a,,b"})
-                .find("per_op_sac_force_recompute_mm_by_fqns"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of_overrides({"--activation_checkpoint.per_op_sac_force_recompute_mm_by_fqns=a,,b"})
+          .find("per_op_sac_force_recompute_mm_by_fqns"),
+      std::string::npos);
 }
 
 TEST(Config, LaterOverridesWinAndBareBoolIsTrue) {
-  const JobConfig c = parse("", {"--training.steps=1", "--training.steps=2",
-                                 "--checkpoint.enable", "--training.seed", "3"});
+  const JobConfig c = parse("", {"--training.steps=1", "--training.steps=2", "--checkpoint.enable",
+                                 "--training.seed", "3"});
   EXPECT_EQ(c.training.steps, 2);
   EXPECT_TRUE(c.checkpoint.enable);
   EXPECT_EQ(c.training.seed, 3);
@@ -257,8 +257,7 @@ TEST(Config, LaterOverridesWinAndBareBoolIsTrue) {
 TEST(Config, UnknownKeysAndSectionsAreNamed) {
   std::string e = error_of_toml("[training]\nstepz = 3\n");
   EXPECT_NE(e.find("unknown key 'training.stepz' in test.toml"), std::string::npos) << e;
-  EXPECT_NE(e.find("known keys in [training]: local_batch_size, seq_len, steps"),
-            std::string::npos)
+  EXPECT_NE(e.find("known keys in [training]: local_batch_size, seq_len, steps"), std::string::npos)
       << e;
   e = error_of_toml("[trainin]\nsteps = 3\n");
   EXPECT_NE(e.find("unknown section 'trainin'"), std::string::npos) << e;
@@ -376,8 +375,7 @@ TEST(Config, BoundaryValuesAreAccepted) {
                                  "--activation_checkpoint.memory_budget=0.0"});
   EXPECT_EQ(c.activation_checkpoint.selective_ac_option, "0");
   for (const std::string mode : {"none", "full", "selective"})
-    EXPECT_EQ(parse("", {"--activation_checkpoint.mode=" + mode}).activation_checkpoint.mode,
-              mode);
+    EXPECT_EQ(parse("", {"--activation_checkpoint.mode=" + mode}).activation_checkpoint.mode, mode);
   for (const std::string type : {"linear", "sqrt", "cosine"})
     EXPECT_EQ(parse("", {"--lr_scheduler.decay_type=" + type}).lr_scheduler.decay_type, type);
 }

@@ -77,8 +77,8 @@ TEST_F(DatasetTest, PlainTextIsOneDocument) {
 }
 
 TEST_F(DatasetTest, JsonlDocumentsAndBlankLines) {
-  const std::string p =
-      write("a.jsonl", "{\"text\": \"ab\", \"id\": 1}\n\n{\"text\": \"\\u00e9\"}\r\n{\"text\":\"\"}");
+  const std::string p = write(
+      "a.jsonl", "{\"text\": \"ab\", \"id\": 1}\n\n{\"text\": \"\\u00e9\"}\r\n{\"text\":\"\"}");
   const TokenDataset d = load_token_file(p, "byte", 258);
   EXPECT_EQ(d.tokens, (std::vector<int32_t>{B, 'a', 'b', E, B, 0xC3, 0xA9, E, B, E}));
   EXPECT_NE(d.description.find("3 documents"), std::string::npos) << d.description;

@@ -106,10 +106,12 @@ AttnResult run_attention(const Shape& s, const std::vector<float>& q, const std:
 }
 
 // Forward and backward against the double-precision full-matrix reference, on
-// shapes with several tiles, partial last tiles and head_dim not a multiple of 8.
+// shapes with several tiles (and several groups of tiles), partial last tiles,
+// GQA groups of 1, 2 and 4, and head_dim not a multiple of 8.
 TEST(Attention, MatchesNaiveReference) {
   const Shape shapes[] = {{2, 150, 4, 2, 16}, {1, 130, 2, 1, 12}, {1, 64, 3, 3, 8},
-                          {2, 5, 2, 2, 64}, {1, 200, 2, 1, 64}};
+                          {2, 5, 2, 2, 64}, {1, 200, 2, 1, 64}, {1, 300, 4, 1, 16},
+                          {1, 520, 2, 2, 8}};
   for (const Shape& s : shapes) {
     auto q = random_vector(s.q_size(), 1);
     auto k = random_vector(s.kv_size(), 2);

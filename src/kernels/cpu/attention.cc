@@ -22,27 +22,80 @@ namespace remat::cpu {
 namespace {
 
 constexpr int64_t kTile = 64;  // queries per tile = keys per tile
+constexpr float kLog2e = 1.44269504088896341f;
+// Query tiles per forward work item: each packed K/V tile serves all of them.
+constexpr int64_t kQueryGroup = 4;
+// Key tiles held per backward pass over the query tiles: each packed Q/dO
+// tile serves all of them.
+constexpr int64_t kKeyGroup = 2;
 
 // C[r, n] (+)= sum_k A(r, k) * B[k, n] for r < R, n < 8 * NV, where
 // A(r, k) = a[r * ars + k * aks] (so A may be read transposed) and B is
-// row-major with leading dimension ldb. Accumulators stay in registers.
+// row-major with leading dimension ldb. The R x NV accumulators are named
+// variables (GCC keeps an array of vectors on the stack, storing it every
+// iteration); unused ones are compiled out by `if constexpr`.
 template <int R, int NV>
 inline void micro_kernel(int64_t K, const float* a, int64_t ars, int64_t aks, const float* b,
                          int64_t ldb, float* c, int64_t ldc, bool accumulate) {
-  __m256 acc[R][NV];
-  for (int r = 0; r < R; ++r)
-    for (int v = 0; v < NV; ++v)
-      acc[r][v] = accumulate ? _mm256_loadu_ps(c + r * ldc + 8 * v) : _mm256_setzero_ps();
-  for (int64_t k = 0; k < K; ++k) {
-    __m256 bv[NV];
-    for (int v = 0; v < NV; ++v) bv[v] = _mm256_loadu_ps(b + k * ldb + 8 * v);
-    for (int r = 0; r < R; ++r) {
-      const __m256 av = _mm256_broadcast_ss(a + r * ars + k * aks);
-      for (int v = 0; v < NV; ++v) acc[r][v] = _mm256_fmadd_ps(av, bv[v], acc[r][v]);
+  static_assert(R >= 1 && R <= 6 && NV >= 1 && NV <= 2);
+  __m256 c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51;
+  c00 = c01 = c10 = c11 = c20 = c21 = c30 = c31 = c40 = c41 = c50 = c51 = _mm256_setzero_ps();
+  if (accumulate) {
+    auto load = [&](int r, __m256& x0, __m256& x1) {
+      x0 = _mm256_loadu_ps(c + r * ldc);
+      if constexpr (NV > 1) x1 = _mm256_loadu_ps(c + r * ldc + 8);
+    };
+    load(0, c00, c01);
+    if constexpr (R > 1) load(1, c10, c11);
+    if constexpr (R > 2) load(2, c20, c21);
+    if constexpr (R > 3) load(3, c30, c31);
+    if constexpr (R > 4) load(4, c40, c41);
+    if constexpr (R > 5) load(5, c50, c51);
+  }
+  const float* ak = a;
+  const float* bk = b;
+  for (int64_t k = 0; k < K; ++k, ak += aks, bk += ldb) {
+    const __m256 b0 = _mm256_loadu_ps(bk);
+    const __m256 b1 = NV > 1 ? _mm256_loadu_ps(bk + 8) : b0;
+    __m256 av = _mm256_broadcast_ss(ak);
+    c00 = _mm256_fmadd_ps(av, b0, c00);
+    if constexpr (NV > 1) c01 = _mm256_fmadd_ps(av, b1, c01);
+    if constexpr (R > 1) {
+      av = _mm256_broadcast_ss(ak + ars);
+      c10 = _mm256_fmadd_ps(av, b0, c10);
+      if constexpr (NV > 1) c11 = _mm256_fmadd_ps(av, b1, c11);
+    }
+    if constexpr (R > 2) {
+      av = _mm256_broadcast_ss(ak + 2 * ars);
+      c20 = _mm256_fmadd_ps(av, b0, c20);
+      if constexpr (NV > 1) c21 = _mm256_fmadd_ps(av, b1, c21);
+    }
+    if constexpr (R > 3) {
+      av = _mm256_broadcast_ss(ak + 3 * ars);
+      c30 = _mm256_fmadd_ps(av, b0, c30);
+      if constexpr (NV > 1) c31 = _mm256_fmadd_ps(av, b1, c31);
+    }
+    if constexpr (R > 4) {
+      av = _mm256_broadcast_ss(ak + 4 * ars);
+      c40 = _mm256_fmadd_ps(av, b0, c40);
+      if constexpr (NV > 1) c41 = _mm256_fmadd_ps(av, b1, c41);
+    }
+    if constexpr (R > 5) {
+      av = _mm256_broadcast_ss(ak + 5 * ars);
+      c50 = _mm256_fmadd_ps(av, b0, c50);
+      if constexpr (NV > 1) c51 = _mm256_fmadd_ps(av, b1, c51);
     }
   }
-  for (int r = 0; r < R; ++r)
-    for (int v = 0; v < NV; ++v) _mm256_storeu_ps(c + r * ldc + 8 * v, acc[r][v]);
+  auto store = [&](int r, __m256 x0, __m256 x1) {
+    _mm256_storeu_ps(c + r * ldc, x0);
+    if constexpr (NV > 1) _mm256_storeu_ps(c + r * ldc + 8, x1);
+  };
+  store(0, c00, c01);
+  if constexpr (R > 1) store(1, c10, c11);
+  if constexpr (R > 2) store(2, c20, c21);
+  if constexpr (R > 3) store(3, c30, c31);
+  if constexpr (R > 4) store(4, c40, c41);
+  if constexpr (R > 5) store(5, c50, c51);
 }
 
 template <int NV>
@@ -79,23 +132,57 @@ void tile_gemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t ars, int
 void pack_rows(const float* src, int64_t src_stride, int64_t rows, int64_t d, int64_t dp,
                float* dst) {
   for (int64_t r = 0; r < rows; ++r) {
-    std::memcpy(dst + r * dp, src + r * src_stride, sizeof(float) * d);
-    for (int64_t i = d; i < dp; ++i) dst[r * dp + i] = 0.0f;
+    const float* in = src + r * src_stride;
+    float* out = dst + r * dp;
+    for (int64_t i = 0; i < d; ++i) out[i] = in[i];
+    for (int64_t i = d; i < dp; ++i) out[i] = 0.0f;
   }
 }
 
-// dst[i, j] = src[j * src_stride + i] for i < dp, j < np (zero outside d x rows).
+// Transposes the 8x8 block at src (row stride ss) into dst (row stride ds).
+inline void transpose8x8(const float* src, int64_t ss, float* dst, int64_t ds) {
+  __m256 r0 = _mm256_loadu_ps(src), r1 = _mm256_loadu_ps(src + ss);
+  __m256 r2 = _mm256_loadu_ps(src + 2 * ss), r3 = _mm256_loadu_ps(src + 3 * ss);
+  __m256 r4 = _mm256_loadu_ps(src + 4 * ss), r5 = _mm256_loadu_ps(src + 5 * ss);
+  __m256 r6 = _mm256_loadu_ps(src + 6 * ss), r7 = _mm256_loadu_ps(src + 7 * ss);
+  __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
+  __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
+  __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
+  __m256 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+  __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+  __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+  __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+  __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+  _mm256_storeu_ps(dst, _mm256_permute2f128_ps(u0, u4, 0x20));
+  _mm256_storeu_ps(dst + ds, _mm256_permute2f128_ps(u1, u5, 0x20));
+  _mm256_storeu_ps(dst + 2 * ds, _mm256_permute2f128_ps(u2, u6, 0x20));
+  _mm256_storeu_ps(dst + 3 * ds, _mm256_permute2f128_ps(u3, u7, 0x20));
+  _mm256_storeu_ps(dst + 4 * ds, _mm256_permute2f128_ps(u0, u4, 0x31));
+  _mm256_storeu_ps(dst + 5 * ds, _mm256_permute2f128_ps(u1, u5, 0x31));
+  _mm256_storeu_ps(dst + 6 * ds, _mm256_permute2f128_ps(u2, u6, 0x31));
+  _mm256_storeu_ps(dst + 7 * ds, _mm256_permute2f128_ps(u3, u7, 0x31));
+}
+
+// dst[i, j] = src[j * src_stride + i] for i < d, j < rows; zero elsewhere in
+// the dp x np tile. Reads the source row by row (8x8 blocks), never down a
+// column: the source rows are heads * head_dim floats apart.
 void pack_transposed(const float* src, int64_t src_stride, int64_t rows, int64_t d,
                      int64_t dp, int64_t np, float* dst) {
-  for (int64_t i = 0; i < dp; ++i) {
-    float* out = dst + i * np;
-    if (i >= d) {
-      for (int64_t j = 0; j < np; ++j) out[j] = 0.0f;
-      continue;
+  for (int64_t j0 = 0; j0 < rows; j0 += 8) {
+    const int64_t jn = rows - j0 < 8 ? rows - j0 : 8;
+    for (int64_t i0 = 0; i0 < d; i0 += 8) {
+      const int64_t in = d - i0 < 8 ? d - i0 : 8;
+      if (jn == 8 && in == 8) {
+        transpose8x8(src + j0 * src_stride + i0, src_stride, dst + i0 * np + j0, np);
+      } else {
+        for (int64_t j = 0; j < jn; ++j)
+          for (int64_t i = 0; i < in; ++i)
+            dst[(i0 + i) * np + j0 + j] = src[(j0 + j) * src_stride + i0 + i];
+      }
     }
-    for (int64_t j = 0; j < rows; ++j) out[j] = src[j * src_stride + i];
-    for (int64_t j = rows; j < np; ++j) out[j] = 0.0f;
   }
+  for (int64_t i = 0; i < dp; ++i)
+    for (int64_t j = (i < d ? rows : 0); j < np; ++j) dst[i * np + j] = 0.0f;
 }
 
 // Number of keys of the tile starting at k0 (nk keys) that query position i
@@ -121,6 +208,122 @@ void check_shapes(int64_t heads, int64_t kv_heads, int64_t head_dim) {
     throw std::invalid_argument("attention: head_dim must be in [1, 1024]");
 }
 
+// Forward pass, one (query tile, key tile) pair: s = qs @ kt, then the online
+// softmax update of the tile's running max m, sum l and accumulator acc.
+// Scores are kept raw (unscaled); p = 2^((s - m) * c) with c = scale * log2(e).
+struct QueryTile {
+  float* qs;   // [kTile x Dp] packed queries
+  float* acc;  // [kTile x Dp] unnormalised output
+  float* m;    // [kTile] running max of raw scores (32-byte aligned)
+  float* l;    // [kTile] running sum of p
+  int64_t q0;  // first query position
+  int64_t M;   // rows
+};
+
+void forward_pair(const QueryTile& t, const float* kt, const float* vs, int64_t k0, int64_t nk,
+                  int64_t Dp, float c, float* s) {
+  const int64_t np = detail::round_up(nk, 8);
+  const __m256 vc = _mm256_set1_ps(c);
+  const __m256 neg_inf = _mm256_set1_ps(-INFINITY);
+  const __m256 zero = _mm256_setzero_ps();
+  tile_gemm(t.M, np, Dp, t.qs, Dp, 1, kt, np, s, np, false);
+  // Pass 1: the new running max of every row, and the factor alpha that
+  // rescales what was accumulated under the old max (8 rows at a time).
+  alignas(32) float alpha[kTile];
+  for (int64_t r = 0; r < t.M; ++r) {
+    const float* sr = s + r * np;
+    const int64_t nv = visible_keys(t.q0 + r, k0, nk);
+    __m256 vmax = neg_inf;
+    for (int64_t j = 0; j < np; j += 8) {
+      __m256 x = _mm256_loadu_ps(sr + j);
+      if (nv < np) x = mask_tail(x, j, nv, neg_inf);
+      vmax = _mm256_max_ps(vmax, x);
+    }
+    alpha[r] = detail::hmax(vmax);  // the tile max, for now
+  }
+  for (int64_t r = t.M; r < detail::round_up(t.M, 8); ++r) alpha[r] = -INFINITY;
+  for (int64_t r = 0; r < t.M; r += 8) {
+    const __m256 m_old = _mm256_load_ps(t.m + r);
+    const __m256 m_new = _mm256_max_ps(m_old, _mm256_load_ps(alpha + r));
+    // 0 when m_old = -inf; exactly 1 when the maximum did not move.
+    _mm256_store_ps(alpha + r, detail::exp2_256(_mm256_mul_ps(_mm256_sub_ps(m_old, m_new), vc)));
+    _mm256_store_ps(t.m + r, m_new);
+  }
+  // Pass 2: p = 2^((s - m) * c), its row sums, and the rescaled accumulator.
+  for (int64_t r = 0; r < t.M; ++r) {
+    float* sr = s + r * np;
+    const int64_t nv = visible_keys(t.q0 + r, k0, nk);
+    const __m256 neg_mc = _mm256_set1_ps(-t.m[r] * c);
+    __m256 sum0 = _mm256_setzero_ps(), sum1 = _mm256_setzero_ps();
+    for (int64_t j = 0; j < np; j += 8) {
+      __m256 p = detail::exp2_256(_mm256_fmadd_ps(_mm256_loadu_ps(sr + j), vc, neg_mc));
+      if (nv < np) p = mask_tail(p, j, nv, zero);
+      _mm256_storeu_ps(sr + j, p);
+      if ((j & 8) == 0)
+        sum0 = _mm256_add_ps(sum0, p);
+      else
+        sum1 = _mm256_add_ps(sum1, p);
+    }
+    const float a = alpha[r];
+    t.l[r] = t.l[r] * a + detail::hsum(_mm256_add_ps(sum0, sum1));
+    if (a != 1.0f) {
+      const __m256 va = _mm256_set1_ps(a);
+      float* ar = t.acc + r * Dp;
+      for (int64_t i = 0; i < Dp; i += 8)
+        _mm256_storeu_ps(ar + i, _mm256_mul_ps(_mm256_loadu_ps(ar + i), va));
+    }
+  }
+  // acc += p @ vs
+  tile_gemm(t.M, Dp, np, s, np, 1, vs, Dp, t.acc, Dp, true);
+}
+
+// A packed key tile for the backward pass, with its dk and dv accumulators.
+struct KeyTile {
+  float* ks;   // [kTile x Dp]
+  float* kt;   // [Dp x kTile]
+  float* vt;   // [Dp x kTile]
+  float* dka;  // [kTile x Dp]
+  float* dva;  // [kTile x Dp]
+  int64_t k0;  // first key position
+  int64_t nk;  // keys
+};
+
+// Backward pass, one (query tile, key tile) pair. qs, dos: packed q and dO
+// rows; lse2 = lse * log2(e) and delta per row. Accumulates into the key
+// tile's dka, dva and into dqt (overwritten when first).
+void backward_pair(const KeyTile& kt, const float* qs, const float* dos, const float* lse2,
+                   const float* delta, int64_t q0, int64_t M, int64_t Dp, float scale,
+                   float* p, float* ds, float* dqt, bool first) {
+  const int64_t np = detail::round_up(kt.nk, 8);
+  const __m256 vscale = _mm256_set1_ps(scale);
+  const __m256 vc = _mm256_set1_ps(scale * kLog2e);
+  const __m256 zero = _mm256_setzero_ps();
+  // p <- raw scores qs @ kt ; ds <- dP = dos @ vt
+  tile_gemm(M, np, Dp, qs, Dp, 1, kt.kt, np, p, np, false);
+  tile_gemm(M, np, Dp, dos, Dp, 1, kt.vt, np, ds, np, false);
+  for (int64_t r = 0; r < M; ++r) {
+    float* pr = p + r * np;
+    float* dsr = ds + r * np;
+    const int64_t nv = visible_keys(q0 + r, kt.k0, kt.nk);
+    const bool masked = nv < np;
+    const __m256 vl = _mm256_set1_ps(lse2[r]);
+    const __m256 vd = _mm256_set1_ps(delta[r]);
+    for (int64_t j = 0; j < np; j += 8) {
+      // p = exp(scale * s - lse) = 2^(c * s - lse * log2(e))
+      __m256 pj = detail::exp2_256(_mm256_fmsub_ps(_mm256_loadu_ps(pr + j), vc, vl));
+      if (masked) pj = mask_tail(pj, j, nv, zero);
+      _mm256_storeu_ps(pr + j, pj);
+      // dS = P * (dP - delta) * scale (the scale of both dq and dk)
+      __m256 d = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(dsr + j), vd), pj);
+      _mm256_storeu_ps(dsr + j, _mm256_mul_ps(d, _mm256_mul_ps(vscale, vscale)));
+    }
+  }
+  // dva += p^T @ dos ; dka += ds^T @ qs ; dqt (+)= ds @ ks
+  tile_gemm(np, Dp, M, p, 1, np, dos, Dp, kt.dva, Dp, true);
+  tile_gemm(np, Dp, M, ds, 1, np, qs, Dp, kt.dka, Dp, true);
+  tile_gemm(M, Dp, np, ds, np, 1, kt.ks, Dp, dqt, Dp, !first);
+}
+
 }  // namespace
 
 void attention_forward(const float* q, const float* k, const float* v, int64_t batch,
@@ -131,93 +334,72 @@ void attention_forward(const float* q, const float* k, const float* v, int64_t b
   const int64_t group = heads / kv_heads;
   const int64_t q_stride = heads * D, kv_stride = kv_heads * D;
   const int64_t tiles = (seq + kTile - 1) / kTile;
-  const int64_t items = batch * heads * tiles;
+  const int64_t tile_groups = (tiles + kQueryGroup - 1) / kQueryGroup;
+  const int64_t items = batch * heads * tile_groups;
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+  const float c = scale * kLog2e;
   const int nt = num_threads();
+  const bool parallel = items > 1 && batch * heads * seq * seq * D >= (int64_t{1} << 20);
 
   // Items are independent (each writes only its own rows of out and lse), so
   // dynamic scheduling balances the causal triangle without touching results.
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (items > 1)
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (parallel)
   for (int64_t item = 0; item < items; ++item) {
-    // Larger query tiles first within each (batch, head).
-    const int64_t qt = tiles - 1 - item % tiles;
-    const int64_t h = (item / tiles) % heads;
-    const int64_t b = item / (tiles * heads);
+    // Later (costlier) query tiles first within each (batch, head).
+    const int64_t tg = tile_groups - 1 - item % tile_groups;
+    const int64_t h = (item / tile_groups) % heads;
+    const int64_t b = item / (tile_groups * heads);
     const int64_t g = h / group;
-    const int64_t q0 = qt * kTile;
-    const int64_t M = seq - q0 < kTile ? seq - q0 : kTile;
+    const int64_t t_begin = tg * kQueryGroup;
+    const int64_t t_end = t_begin + kQueryGroup < tiles ? t_begin + kQueryGroup : tiles;
 
-    float* qs = detail::thread_scratch(static_cast<size_t>(4 * kTile * Dp + kTile * kTile +
-                                                           2 * kTile));
-    float* kt = qs + kTile * Dp;     // [Dp x kTile], K tile transposed
-    float* vs = kt + kTile * Dp;     // [kTile x Dp]
-    float* acc = vs + kTile * Dp;    // [kTile x Dp], unnormalised output
-    float* s = acc + kTile * Dp;     // [kTile x kTile], scores then probabilities
-    float* m = s + kTile * kTile;    // running row max
-    float* l = m + kTile;            // running row sum
-
-    pack_rows(q + (b * seq + q0) * q_stride + h * D, q_stride, M, D, Dp, qs);
-    std::memset(acc, 0, sizeof(float) * M * Dp);
-    for (int64_t r = 0; r < M; ++r) {
-      m[r] = -INFINITY;
-      l[r] = 0.0f;
+    float* scratch = detail::thread_scratch(static_cast<size_t>(
+        kQueryGroup * (2 * kTile * Dp + 2 * kTile) + 2 * kTile * Dp + kTile * kTile));
+    float* kt = scratch;           // [Dp x kTile], K tile transposed
+    float* vs = kt + kTile * Dp;   // [kTile x Dp]
+    float* s = vs + kTile * Dp;    // [kTile x kTile], scores then probabilities
+    float* next = s + kTile * kTile;
+    QueryTile qtiles[kQueryGroup];
+    for (int64_t t = t_begin; t < t_end; ++t) {
+      QueryTile& qt = qtiles[t - t_begin];
+      qt.qs = next;
+      qt.acc = qt.qs + kTile * Dp;
+      qt.m = qt.acc + kTile * Dp;
+      qt.l = qt.m + kTile;
+      next = qt.l + kTile;
+      qt.q0 = t * kTile;
+      qt.M = seq - qt.q0 < kTile ? seq - qt.q0 : kTile;
+      pack_rows(q + (b * seq + qt.q0) * q_stride + h * D, q_stride, qt.M, D, Dp, qt.qs);
+      std::memset(qt.acc, 0, sizeof(float) * qt.M * Dp);
+      for (int64_t r = 0; r < kTile; ++r) {
+        qt.m[r] = -INFINITY;
+        qt.l[r] = 0.0f;
+      }
     }
-    const __m256 vscale = _mm256_set1_ps(scale);
-    const __m256 neg_inf = _mm256_set1_ps(-INFINITY);
 
-    for (int64_t ktile = 0; ktile <= qt; ++ktile) {
+    // Each K/V tile is packed once and used by every query tile of the group.
+    for (int64_t ktile = 0; ktile < t_end; ++ktile) {
       const int64_t k0 = ktile * kTile;
       const int64_t nk = seq - k0 < kTile ? seq - k0 : kTile;
       const int64_t np = detail::round_up(nk, 8);
-      const float* kb = k + (b * seq + k0) * kv_stride + g * D;
-      const float* vb = v + (b * seq + k0) * kv_stride + g * D;
-      pack_transposed(kb, kv_stride, nk, D, Dp, np, kt);
-      pack_rows(vb, kv_stride, nk, D, Dp, vs);
+      pack_transposed(k + (b * seq + k0) * kv_stride + g * D, kv_stride, nk, D, Dp, np, kt);
+      pack_rows(v + (b * seq + k0) * kv_stride + g * D, kv_stride, nk, D, Dp, vs);
       for (int64_t j = nk; j < np; ++j)
         for (int64_t i = 0; i < Dp; ++i) vs[j * Dp + i] = 0.0f;
-
-      // s = qs @ kt
-      tile_gemm(M, np, Dp, qs, Dp, 1, kt, np, s, np, false);
-
-      for (int64_t r = 0; r < M; ++r) {
-        float* sr = s + r * np;
-        const int64_t nv = visible_keys(q0 + r, k0, nk);
-        __m256 vmax = neg_inf;
-        for (int64_t j = 0; j < np; j += 8) {
-          __m256 x = mask_tail(_mm256_mul_ps(_mm256_loadu_ps(sr + j), vscale), j, nv, neg_inf);
-          _mm256_storeu_ps(sr + j, x);
-          vmax = _mm256_max_ps(vmax, x);
-        }
-        const float tile_max = detail::hmax(vmax);
-        const float m_new = m[r] > tile_max ? m[r] : tile_max;  // finite: nv >= 1
-        const float alpha = detail::exp_scalar(m[r] - m_new);   // 0 when m[r] = -inf
-        const __m256 vm = _mm256_set1_ps(m_new);
-        __m256 vsum = _mm256_setzero_ps();
-        for (int64_t j = 0; j < np; j += 8) {
-          __m256 p = detail::exp256(_mm256_sub_ps(_mm256_loadu_ps(sr + j), vm));
-          _mm256_storeu_ps(sr + j, p);
-          vsum = _mm256_add_ps(vsum, p);
-        }
-        l[r] = l[r] * alpha + detail::hsum(vsum);
-        m[r] = m_new;
-        if (alpha != 1.0f) {
-          const __m256 va = _mm256_set1_ps(alpha);
-          float* ar = acc + r * Dp;
-          for (int64_t i = 0; i < Dp; i += 8)
-            _mm256_storeu_ps(ar + i, _mm256_mul_ps(_mm256_loadu_ps(ar + i), va));
-        }
-      }
-      // acc += p @ vs
-      tile_gemm(M, Dp, np, s, np, 1, vs, Dp, acc, Dp, true);
+      for (int64_t t = (ktile > t_begin ? ktile : t_begin); t < t_end; ++t)
+        forward_pair(qtiles[t - t_begin], kt, vs, k0, nk, Dp, c, s);
     }
 
-    for (int64_t r = 0; r < M; ++r) {
-      const float inv = 1.0f / l[r];
-      float* o = out + (b * seq + q0 + r) * q_stride + h * D;
-      const float* ar = acc + r * Dp;
-      for (int64_t i = 0; i < D; ++i) o[i] = ar[i] * inv;
-      lse[(b * heads + h) * seq + q0 + r] =
-          static_cast<float>(static_cast<double>(m[r]) + std::log(static_cast<double>(l[r])));
+    for (int64_t t = t_begin; t < t_end; ++t) {
+      const QueryTile& qt = qtiles[t - t_begin];
+      for (int64_t r = 0; r < qt.M; ++r) {
+        const float inv = 1.0f / qt.l[r];
+        float* o = out + (b * seq + qt.q0 + r) * q_stride + h * D;
+        const float* ar = qt.acc + r * Dp;
+        for (int64_t i = 0; i < D; ++i) o[i] = ar[i] * inv;
+        lse[(b * heads + h) * seq + qt.q0 + r] = static_cast<float>(
+            static_cast<double>(qt.m[r]) * scale + std::log(static_cast<double>(qt.l[r])));
+      }
     }
   }
 }
@@ -240,6 +422,7 @@ void attention_backward(const float* dout, const float* q, const float* k,
   const int64_t group = heads / kv_heads;
   const int64_t q_stride = heads * D, kv_stride = kv_heads * D;
   const int64_t tiles = (seq + kTile - 1) / kTile;
+  const int64_t key_groups = (tiles + kKeyGroup - 1) / kKeyGroup;
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
   const int nt = num_threads();
   float* delta = workspace;
@@ -254,71 +437,64 @@ void attention_backward(const float* dout, const float* q, const float* k,
   }
 
   const int64_t items = batch * kv_heads;
-#pragma omp parallel for schedule(static, 1) num_threads(nt) if (items > 1)
+  const bool parallel = items > 1 && batch * heads * seq * seq * D >= (int64_t{1} << 19);
+#pragma omp parallel for schedule(static, 1) num_threads(nt) if (parallel)
   for (int64_t item = 0; item < items; ++item) {
     const int64_t b = item / kv_heads, g = item % kv_heads;
 
-    float* ks = detail::thread_scratch(static_cast<size_t>(8 * kTile * Dp + 2 * kTile * kTile));
-    float* kt = ks + kTile * Dp;   // [Dp x kTile]  K tile transposed
-    float* vt = kt + kTile * Dp;   // [Dp x kTile]  V tile transposed
-    float* dka = vt + kTile * Dp;  // [kTile x Dp]  dk accumulator of the key tile
-    float* dva = dka + kTile * Dp; // [kTile x Dp]  dv accumulator of the key tile
-    float* qs = dva + kTile * Dp;  // [kTile x Dp]  Q tile
-    float* dos = qs + kTile * Dp;  // [kTile x Dp]  dO tile
-    float* dqt = dos + kTile * Dp; // [kTile x Dp]  dq of the tile pair
-    float* p = dqt + kTile * Dp;               // [kTile x kTile]
-    float* ds = p + kTile * kTile;             // [kTile x kTile]
-    const __m256 vscale = _mm256_set1_ps(scale);
-    const __m256 zero = _mm256_setzero_ps();
+    float* scratch = detail::thread_scratch(static_cast<size_t>(
+        kKeyGroup * 5 * kTile * Dp + 3 * kTile * Dp + 2 * kTile * kTile + 2 * kTile));
+    float* qs = scratch;             // [kTile x Dp]  Q tile
+    float* dos = qs + kTile * Dp;    // [kTile x Dp]  dO tile
+    float* dqt = dos + kTile * Dp;   // [kTile x Dp]  dq of the query tile
+    float* p = dqt + kTile * Dp;     // [kTile x kTile]
+    float* ds = p + kTile * kTile;   // [kTile x kTile]
+    float* lse2 = ds + kTile * kTile;  // [kTile]
+    float* next = lse2 + kTile;
+    KeyTile ktiles[kKeyGroup];
+    for (KeyTile& kt : ktiles) {
+      kt.ks = next;
+      kt.kt = kt.ks + kTile * Dp;
+      kt.vt = kt.kt + kTile * Dp;
+      kt.dka = kt.vt + kTile * Dp;
+      kt.dva = kt.dka + kTile * Dp;
+      next = kt.dva + kTile * Dp;
+    }
 
-    for (int64_t ktile = 0; ktile < tiles; ++ktile) {
-      const int64_t k0 = ktile * kTile;
-      const int64_t nk = seq - k0 < kTile ? seq - k0 : kTile;
-      const int64_t np = detail::round_up(nk, 8);
-      const float* kb = k + (b * seq + k0) * kv_stride + g * D;
-      const float* vb = v + (b * seq + k0) * kv_stride + g * D;
-      pack_rows(kb, kv_stride, nk, D, Dp, ks);
-      for (int64_t j = nk; j < np; ++j)
-        for (int64_t i = 0; i < Dp; ++i) ks[j * Dp + i] = 0.0f;
-      pack_transposed(kb, kv_stride, nk, D, Dp, np, kt);
-      pack_transposed(vb, kv_stride, nk, D, Dp, np, vt);
-      std::memset(dka, 0, sizeof(float) * np * Dp);
-      std::memset(dva, 0, sizeof(float) * np * Dp);
+    for (int64_t kg = 0; kg < key_groups; ++kg) {
+      const int64_t kt_begin = kg * kKeyGroup;
+      const int64_t kt_end = kt_begin + kKeyGroup < tiles ? kt_begin + kKeyGroup : tiles;
+      for (int64_t t = kt_begin; t < kt_end; ++t) {
+        KeyTile& kt = ktiles[t - kt_begin];
+        kt.k0 = t * kTile;
+        kt.nk = seq - kt.k0 < kTile ? seq - kt.k0 : kTile;
+        const int64_t np = detail::round_up(kt.nk, 8);
+        const float* kb = k + (b * seq + kt.k0) * kv_stride + g * D;
+        const float* vb = v + (b * seq + kt.k0) * kv_stride + g * D;
+        pack_rows(kb, kv_stride, kt.nk, D, Dp, kt.ks);
+        for (int64_t j = kt.nk; j < np; ++j)
+          for (int64_t i = 0; i < Dp; ++i) kt.ks[j * Dp + i] = 0.0f;
+        pack_transposed(kb, kv_stride, kt.nk, D, Dp, np, kt.kt);
+        pack_transposed(vb, kv_stride, kt.nk, D, Dp, np, kt.vt);
+        std::memset(kt.dka, 0, sizeof(float) * np * Dp);
+        std::memset(kt.dva, 0, sizeof(float) * np * Dp);
+      }
 
       for (int64_t h = g * group; h < (g + 1) * group; ++h) {
         const float* lse_h = lse + (b * heads + h) * seq;
         const float* delta_h = delta + (b * heads + h) * seq;
-        for (int64_t qt = ktile; qt < tiles; ++qt) {
+        // Each Q/dO tile is packed once and used by every key tile of the group.
+        for (int64_t qt = kt_begin; qt < tiles; ++qt) {
           const int64_t q0 = qt * kTile;
           const int64_t M = seq - q0 < kTile ? seq - q0 : kTile;
           const int64_t row0 = (b * seq + q0) * q_stride + h * D;
           pack_rows(q + row0, q_stride, M, D, Dp, qs);
           pack_rows(dout + row0, q_stride, M, D, Dp, dos);
-
-          // p = exp(scale * qs @ kt - lse), causal-masked
-          tile_gemm(M, np, Dp, qs, Dp, 1, kt, np, p, np, false);
-          // ds <- dP = dos @ vt
-          tile_gemm(M, np, Dp, dos, Dp, 1, vt, np, ds, np, false);
-          for (int64_t r = 0; r < M; ++r) {
-            float* pr = p + r * np;
-            float* dsr = ds + r * np;
-            const int64_t nv = visible_keys(q0 + r, k0, nk);
-            const __m256 vl = _mm256_set1_ps(lse_h[q0 + r]);
-            const __m256 vd = _mm256_set1_ps(delta_h[q0 + r]);
-            for (int64_t j = 0; j < np; j += 8) {
-              __m256 x = _mm256_fmsub_ps(_mm256_loadu_ps(pr + j), vscale, vl);
-              __m256 pj = mask_tail(detail::exp256(x), j, nv, zero);
-              _mm256_storeu_ps(pr + j, pj);
-              // dS = P * (dP - delta) * scale (the scale of both dq and dk)
-              __m256 d = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(dsr + j), vd), pj);
-              _mm256_storeu_ps(dsr + j, _mm256_mul_ps(d, vscale));
-            }
-          }
-          // dva += p^T @ dos ; dka += ds^T @ qs
-          tile_gemm(np, Dp, M, p, 1, np, dos, Dp, dva, Dp, true);
-          tile_gemm(np, Dp, M, ds, 1, np, qs, Dp, dka, Dp, true);
-          // dq[rows] += ds @ ks
-          tile_gemm(M, Dp, np, ds, np, 1, ks, Dp, dqt, Dp, false);
+          for (int64_t r = 0; r < M; ++r) lse2[r] = lse_h[q0 + r] * kLog2e;
+          const int64_t last = qt < kt_end - 1 ? qt : kt_end - 1;
+          for (int64_t t = kt_begin; t <= last; ++t)
+            backward_pair(ktiles[t - kt_begin], qs, dos, lse2, delta_h + q0, q0, M, Dp, scale,
+                          p, ds, dqt, t == kt_begin);
           for (int64_t r = 0; r < M; ++r) {
             float* dqr = dq + row0 + r * q_stride;
             const float* src = dqt + r * Dp;
@@ -326,11 +502,15 @@ void attention_backward(const float* dout, const float* q, const float* k,
           }
         }
       }
-      for (int64_t j = 0; j < nk; ++j) {
-        const int64_t off = (b * seq + k0 + j) * kv_stride + g * D;
-        for (int64_t i = 0; i < D; ++i) {
-          dk[off + i] += dka[j * Dp + i];
-          dv[off + i] += dva[j * Dp + i];
+
+      for (int64_t t = kt_begin; t < kt_end; ++t) {
+        const KeyTile& kt = ktiles[t - kt_begin];
+        for (int64_t j = 0; j < kt.nk; ++j) {
+          const int64_t off = (b * seq + kt.k0 + j) * kv_stride + g * D;
+          for (int64_t i = 0; i < D; ++i) {
+            dk[off + i] += kt.dka[j * Dp + i];
+            dv[off + i] += kt.dva[j * Dp + i];
+          }
         }
       }
     }

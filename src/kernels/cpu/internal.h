@@ -81,6 +81,27 @@ inline __m256 exp256(__m256 x) {
   return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
 }
 
+// 2^x on 8 lanes (Cephes exp2f polynomial, ~1 ulp). Inputs below about
+// -126.5 (including -inf) give 0, inputs above 127 give 2^127; NaN propagates.
+inline __m256 exp2_256(__m256 x) {
+  x = _mm256_min_ps(_mm256_set1_ps(127.0f), _mm256_max_ps(_mm256_set1_ps(-127.0f), x));
+  const __m256 fx = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  x = _mm256_sub_ps(x, fx);  // exact, in [-0.5, 0.5]
+  __m256 y = _mm256_set1_ps(1.535336188319500e-4f);
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.339887440266574e-3f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(9.618437357674640e-3f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.550332471162809e-2f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(2.402264791363012e-1f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(6.931472028550421e-1f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.0f));
+  // 2^fx; fx = -127 gives exponent bits 0, i.e. 0.0.
+  __m256i e = _mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(127));
+  e = _mm256_slli_epi32(e, 23);
+  return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+}
+
+inline float exp2_scalar(float x) { return _mm256_cvtss_f32(exp2_256(_mm256_set1_ps(x))); }
+
 // Scalar version with the same arithmetic as one lane of exp256.
 inline float exp_scalar(float x) { return _mm256_cvtss_f32(exp256(_mm256_set1_ps(x))); }
 
