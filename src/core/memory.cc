@@ -1,5 +1,6 @@
 #include "core/memory.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <new>
 #include <stdexcept>
@@ -44,9 +45,13 @@ void Allocator::release(void* pointer, int64_t bytes, MemoryCategory category) {
 void Allocator::recategorize(int64_t bytes, MemoryCategory from, MemoryCategory to) {
   current_.bytes[static_cast<int>(from)] -= bytes;
   current_.bytes[static_cast<int>(to)] += bytes;
+  update_peak();
 }
 
 void Allocator::update_peak() {
+  for (int c = 0; c < kNumMemoryCategories; ++c) {
+    category_peaks_.bytes[c] = std::max(category_peaks_.bytes[c], current_.bytes[c]);
+  }
   if (current_.total() > peak_.total()) {
     peak_ = current_;
     peak_label_ = label_ ? *label_ : std::string();
@@ -55,6 +60,7 @@ void Allocator::update_peak() {
 
 void Allocator::reset_peak() {
   peak_ = current_;
+  category_peaks_ = current_;
   peak_label_ = label_ ? *label_ : std::string();
 }
 

@@ -52,6 +52,8 @@ class Allocator {
   const MemorySnapshot& current() const { return current_; }
   int64_t peak() const { return peak_.total(); }
   const MemorySnapshot& at_peak() const { return peak_; }
+  // The high-water mark of each category on its own (since reset_peak()).
+  const MemorySnapshot& category_peaks() const { return category_peaks_; }
   // A label for the moment of the peak, set by whoever drives the allocator
   // (the executor names the op it is running).
   const std::string& peak_label() const { return peak_label_; }
@@ -64,6 +66,7 @@ class Allocator {
   bool counting_only_;
   MemorySnapshot current_;
   MemorySnapshot peak_;
+  MemorySnapshot category_peaks_;
   const std::string* label_ = nullptr;
   std::string peak_label_;
 };

@@ -28,6 +28,7 @@ Tensor& Executor::grad_of(ValueId v) {
 double Executor::run(const Batch& batch) {
   counts_ = ExecutionCounts{};
   loss_ = 0;
+  for (Tensor& v : values_) v.reset();  // the previous step's loss
   allocator_->set_label(&label_);
   for (const Step& step : schedule_.steps) {
     const Node& node = program_.nodes[step.node];

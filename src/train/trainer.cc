@@ -87,6 +87,9 @@ int run_train(const JobConfig& config) {
   Allocator allocator;
   ModelState state(program, allocator, /*with_gradients=*/!seed_only);
   state.initialize(static_cast<uint64_t>(t.seed));
+  // The optimizer's moments exist from the start, so every step (the first
+  // included) has the same memory profile, the one the planner predicts.
+  if (!seed_only) state.ensure_optimizer_state();
   int64_t start_step = 0;
   if (!config.checkpoint.load.empty()) {
     start_step = load_checkpoint(config.checkpoint.load, state, /*with_optimizer=*/true);
@@ -100,7 +103,8 @@ int run_train(const JobConfig& config) {
     return 0;
   }
   std::printf("dataset: %s\n", data.description.c_str());
-  BatchLoader loader(std::move(data.tokens), t.local_batch_size, t.seq_len, t.dataset);
+  BatchLoader loader(std::move(data.tokens), t.local_batch_size, t.seq_len,
+                     t.dataset_path.empty() ? t.dataset : t.dataset_path);
   loader.set_position((start_step * t.local_batch_size) % loader.num_windows());
 
   const double peak_flops = config.metrics.peak_flops > 0

@@ -72,17 +72,41 @@ void adamw_update(float* param, const float* grad, float* exp_avg, float* exp_av
   const double bc2 = 1.0 - std::pow(b2, static_cast<double>(step));
   const float neg_step_size = static_cast<float>(-(lr_d / bc1));
   const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
+  // Explicit AVX2 (sqrt without errno handling vectorizes only this way); the
+  // scalar tail performs the same IEEE operations in the same order.
+  const int64_t blocks = (n + kChunk - 1) / kChunk;
   const int nt = num_threads();
 #pragma omp parallel for schedule(static) num_threads(nt) if (n >= detail::kParallelMin)
-  for (int64_t i = 0; i < n; ++i) {
-    const float g = grad[i];
-    const float p = param[i] * decay;
-    const float m = exp_avg[i] + w1 * (g - exp_avg[i]);
-    const float v = exp_avg_sq[i] * beta2 + (w2 * g) * g;
-    const float denom = std::sqrt(v) / bc2_sqrt + eps;
-    exp_avg[i] = m;
-    exp_avg_sq[i] = v;
-    param[i] = p + neg_step_size * (m / denom);
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    const int64_t i0 = blk * kChunk;
+    const int64_t i1 = i0 + kChunk < n ? i0 + kChunk : n;
+    int64_t i = i0;
+    const __m256 v_decay = _mm256_set1_ps(decay), v_w1 = _mm256_set1_ps(w1);
+    const __m256 v_w2 = _mm256_set1_ps(w2), v_b2 = _mm256_set1_ps(beta2);
+    const __m256 v_bc2 = _mm256_set1_ps(bc2_sqrt), v_eps = _mm256_set1_ps(eps);
+    const __m256 v_step = _mm256_set1_ps(neg_step_size);
+    for (; i + 8 <= i1; i += 8) {
+      const __m256 g = _mm256_loadu_ps(grad + i);
+      const __m256 m0 = _mm256_loadu_ps(exp_avg + i);
+      const __m256 p = _mm256_mul_ps(_mm256_loadu_ps(param + i), v_decay);
+      const __m256 m = _mm256_add_ps(m0, _mm256_mul_ps(v_w1, _mm256_sub_ps(g, m0)));
+      const __m256 v = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(exp_avg_sq + i), v_b2),
+                                     _mm256_mul_ps(_mm256_mul_ps(v_w2, g), g));
+      const __m256 denom = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(v), v_bc2), v_eps);
+      _mm256_storeu_ps(exp_avg + i, m);
+      _mm256_storeu_ps(exp_avg_sq + i, v);
+      _mm256_storeu_ps(param + i, _mm256_add_ps(p, _mm256_mul_ps(v_step, _mm256_div_ps(m, denom))));
+    }
+    for (; i < i1; ++i) {
+      const float g = grad[i];
+      const float p = param[i] * decay;
+      const float m = exp_avg[i] + w1 * (g - exp_avg[i]);
+      const float v = exp_avg_sq[i] * beta2 + (w2 * g) * g;
+      const float denom = _mm_cvtss_f32(_mm_sqrt_ss(_mm_set_ss(v))) / bc2_sqrt + eps;
+      exp_avg[i] = m;
+      exp_avg_sq[i] = v;
+      param[i] = p + neg_step_size * (m / denom);
+    }
   }
 }
 
