@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "io/config.h"
+#include "planner/plan_command.h"
 #include "train/trainer.h"
 
 namespace remat {
@@ -19,6 +20,8 @@ const char* kUsage =
     "commands:\n"
     "  train   train the model the config describes\n"
     "  eval    print the validation loss of --checkpoint.load on --validation.dataset\n"
+    "  plan    predict peak memory and recompute per AC mode without running;\n"
+    "          --json for tools, --mm for the matmul table, --torchtitan for bf16 x 8 ranks\n"
     "  grads   one forward/backward pass; --tokens FILE.npy --out FILE.safetensors\n"
     "          (the gradient dump the PyTorch oracle test compares)\n"
     "Any config key can be overridden as --section.key value or --section.key=value.\n";
@@ -78,6 +81,25 @@ int dispatch(int argc, char** argv) {
     JobConfig config = load_job_config(a.config_path, a.overrides);
     return command == "train" ? run_train(config) : run_eval(config);
   }
+  if (command == "plan") {
+    // Flags without values: pulled out before the config overrides.
+    PlanCommandOptions options;
+    std::vector<char*> rest;
+    for (int i = 0; i < argc; ++i) {
+      const std::string arg = argv[i];
+      if (arg == "--json") {
+        options.json = true;
+      } else if (arg == "--mm") {
+        options.matmuls = true;
+      } else if (arg == "--torchtitan") {
+        options.torchtitan = true;
+      } else {
+        rest.push_back(argv[i]);
+      }
+    }
+    Arguments a = parse_arguments(static_cast<int>(rest.size()), rest.data(), {});
+    return run_plan(load_job_config(a.config_path, a.overrides), options);
+  }
   if (command == "grads") {
     Arguments a = parse_arguments(argc, argv, {"tokens", "out"});
     if (!a.extra.count("tokens") || !a.extra.count("out")) {
@@ -86,7 +108,7 @@ int dispatch(int argc, char** argv) {
     JobConfig config = load_job_config(a.config_path, a.overrides);
     return run_dump_gradients(config, a.extra["tokens"], a.extra["out"]);
   }
-  throw InputError("unknown command '" + command + "' (expected train, eval or grads)\n" +
+  throw InputError("unknown command '" + command + "' (expected train, eval, plan or grads)\n" +
                    kUsage);
 }
 

@@ -1,6 +1,7 @@
 #include "core/memory.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <new>
 #include <stdexcept>
@@ -24,27 +25,47 @@ int64_t MemorySnapshot::total() const {
   return sum;
 }
 
+Allocator::~Allocator() {
+  for (auto& [size, pointer] : cache_) std::free(pointer);
+}
+
+int64_t Allocator::booked(int64_t bytes, MemoryCategory category) const {
+  const double scale = scale_[static_cast<int>(category)];
+  if (!counting_only_ || scale == 1.0) return bytes;
+  return static_cast<int64_t>(std::ceil(static_cast<double>(bytes) * scale));
+}
+
 void* Allocator::allocate(int64_t bytes, MemoryCategory category) {
   if (bytes < 0) throw std::logic_error("negative allocation");
   void* pointer = nullptr;
   if (!counting_only_ && bytes > 0) {
     const size_t rounded = (static_cast<size_t>(bytes) + 63) / 64 * 64;
-    pointer = std::aligned_alloc(64, rounded);
-    if (pointer == nullptr) throw std::bad_alloc();
+    if (auto it = cache_.find(rounded); it != cache_.end()) {
+      pointer = it->second;
+      cache_.erase(it);
+      cached_bytes_ -= static_cast<int64_t>(rounded);
+    } else {
+      pointer = std::aligned_alloc(64, rounded);
+      if (pointer == nullptr) throw std::bad_alloc();
+    }
   }
-  current_.bytes[static_cast<int>(category)] += bytes;
+  current_.bytes[static_cast<int>(category)] += booked(bytes, category);
   update_peak();
   return pointer;
 }
 
 void Allocator::release(void* pointer, int64_t bytes, MemoryCategory category) {
-  std::free(pointer);
-  current_.bytes[static_cast<int>(category)] -= bytes;
+  if (pointer != nullptr) {
+    const size_t rounded = (static_cast<size_t>(bytes) + 63) / 64 * 64;
+    cache_.emplace(rounded, pointer);
+    cached_bytes_ += static_cast<int64_t>(rounded);
+  }
+  current_.bytes[static_cast<int>(category)] -= booked(bytes, category);
 }
 
 void Allocator::recategorize(int64_t bytes, MemoryCategory from, MemoryCategory to) {
-  current_.bytes[static_cast<int>(from)] -= bytes;
-  current_.bytes[static_cast<int>(to)] += bytes;
+  current_.bytes[static_cast<int>(from)] -= booked(bytes, from);
+  current_.bytes[static_cast<int>(to)] += booked(bytes, to);
   update_peak();
 }
 

@@ -8,6 +8,11 @@
 // Sizes are the bytes requested, not the rounded-up bytes malloc hands out, so
 // a planner that replays the same requests predicts the same numbers.
 //
+// Freed buffers are cached by size and handed out again (a training step
+// repeats the same requests, so after the first step nothing reaches malloc
+// and no page is faulted in again). The books count live bytes only;
+// reserved() adds what the cache holds.
+//
 // In counting-only mode nothing is allocated: allocate() returns nullptr and
 // only the books are kept. The planner uses that mode to replay a schedule.
 #pragma once
@@ -15,6 +20,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <unordered_map>
 
 namespace remat {
 
@@ -38,6 +44,7 @@ struct MemorySnapshot {
 class Allocator {
  public:
   explicit Allocator(bool counting_only = false) : counting_only_(counting_only) {}
+  ~Allocator();
   Allocator(const Allocator&) = delete;
   Allocator& operator=(const Allocator&) = delete;
 
@@ -49,6 +56,10 @@ class Allocator {
   void recategorize(int64_t bytes, MemoryCategory from, MemoryCategory to);
 
   bool counting_only() const { return counting_only_; }
+  // Counting-only mode: book each request of category c as
+  // ceil(bytes * scale[c]) (e.g. 0.5 for bf16 activations, 1/N for state
+  // sharded over N ranks), so one replay can price other dtypes and layouts.
+  void set_scale(const std::array<double, kNumMemoryCategories>& scale) { scale_ = scale; }
   const MemorySnapshot& current() const { return current_; }
   int64_t peak() const { return peak_.total(); }
   const MemorySnapshot& at_peak() const { return peak_; }
@@ -59,14 +70,20 @@ class Allocator {
   const std::string& peak_label() const { return peak_label_; }
   void set_label(const std::string* label) { label_ = label; }
   void reset_peak();
+  // Live bytes plus the bytes of cached free buffers.
+  int64_t reserved() const { return current_.total() + cached_bytes_; }
 
  private:
   void update_peak();
+  int64_t booked(int64_t bytes, MemoryCategory category) const;
 
   bool counting_only_;
   MemorySnapshot current_;
   MemorySnapshot peak_;
   MemorySnapshot category_peaks_;
+  std::array<double, kNumMemoryCategories> scale_{1, 1, 1, 1, 1};
+  std::unordered_multimap<size_t, void*> cache_;  // rounded size -> free buffer
+  int64_t cached_bytes_ = 0;
   const std::string* label_ = nullptr;
   std::string peak_label_;
 };

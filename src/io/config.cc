@@ -65,6 +65,7 @@ std::vector<Field> fields_of(JobConfig& c) {
       REMAT_FIELD(training, dataset),
       REMAT_FIELD(training, dataset_path),
       REMAT_FIELD(training, threads),
+      REMAT_FIELD(training, mixed_precision_param),
       REMAT_FIELD(optimizer, name),
       REMAT_FIELD(optimizer, lr),
       REMAT_FIELD(optimizer, eps),
@@ -491,11 +492,16 @@ void validate(const JobConfig& c, Schema& schema) {
             "an integer >= 1, or -1 (the whole file)");
   v.require(c.parallelism.data_parallel_shard_degree >= 1, "parallelism.data_parallel_shard_degree",
             "an integer >= 1");
+  v.require(c.training.mixed_precision_param == "float32" ||
+                c.training.mixed_precision_param == "bfloat16",
+            "training.mixed_precision_param", "\"float32\" or \"bfloat16\"");
   v.require(c.memory.limit.empty() || parse_size(c.memory.limit) > 0, "memory.limit",
             "a size such as \"16GiB\" or \"\" (physical RAM)");
 }
 
 }  // namespace
+
+double parse_memory_size(const std::string& text) { return parse_size(text); }
 
 JobConfig parse_job_config(const std::string& toml_text, const std::string& source_name,
                            const std::vector<std::string>& overrides) {

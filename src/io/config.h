@@ -46,6 +46,9 @@ struct JobConfig {
     std::string dataset = "fortunes";     // built-in default dataset name
     std::string dataset_path;             // a .txt, .jsonl or .npy file
     int64_t threads = 0;                  // 0: all cores
+    // The compute dtype the planner assumes (master weights, gradients and
+    // optimizer state stay fp32). The CPU engine itself computes in fp32.
+    std::string mixed_precision_param = "float32";  // "float32" | "bfloat16"
   } training;
   struct Optimizer {
     std::string name = "AdamW";
@@ -100,6 +103,9 @@ struct JobConfig {
 // then validates ranges. Returns the config.
 JobConfig load_job_config(const std::string& path,
                           const std::vector<std::string>& overrides);
+
+// "12GiB", "512MiB", "80GB": bytes; 0 if the text is not a size.
+double parse_memory_size(const std::string& text);
 
 // Applies TOML text (for tests); same checks as load_job_config.
 JobConfig parse_job_config(const std::string& toml_text, const std::string& source_name,

@@ -33,6 +33,7 @@ double Executor::run(const Batch& batch) {
   for (const Step& step : schedule_.steps) {
     const Node& node = program_.nodes[step.node];
     label_ = std::string(to_string(step.kind)) + " " + node.fqn;
+    if (observer_) observer_(step);
     const auto start = std::chrono::steady_clock::now();
     switch (step.kind) {
       case Step::Kind::kForward: forward(node, step.node, false, batch); break;

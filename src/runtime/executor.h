@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -47,6 +48,11 @@ class Executor {
   const Schedule& schedule() const { return schedule_; }
   // Times every step by phase and op kind (counts().seconds_by_op).
   void set_profiling(bool on) { profiling_ = on; }
+  // Called before every step; the planner uses it to book memory the CPU
+  // engine does not have (e.g. the unsharded copy of an FSDP unit in flight).
+  void set_step_observer(std::function<void(const Step&)> observer) {
+    observer_ = std::move(observer);
+  }
   bool dry_run() const { return allocator_->counting_only(); }
 
  private:
@@ -64,6 +70,7 @@ class Executor {
   std::string label_;
   double loss_ = 0;
   bool profiling_ = false;
+  std::function<void(const Step&)> observer_;
 };
 
 }  // namespace remat

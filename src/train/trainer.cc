@@ -19,6 +19,7 @@
 #include "io/safetensors.h"
 #include "kernels/cpu/kernels.h"
 #include "models/registry.h"
+#include "planner/plan_command.h"
 #include "runtime/executor.h"
 #include "train/checkpoint.h"
 #include "train/lr_schedule.h"
@@ -82,6 +83,7 @@ int run_train(const JobConfig& config) {
   TokenDataset data;
   if (!seed_only) data = load_training_tokens(config, model.summary.vocab_size);
   if (!config.checkpoint.load.empty()) SafetensorsReader::open(config.checkpoint.load);
+  if (!seed_only) check_run_fits(config);
   const int threads = configure_threads(config);
 
   Allocator allocator;
@@ -139,6 +141,7 @@ int run_train(const JobConfig& config) {
   using Clock = std::chrono::steady_clock;
   auto window_start = Clock::now();
   int64_t window_tokens = 0, window_peak = 0, window_recompute_flops = 0;
+  int64_t window_max_activations = 0;
   int64_t step = start_step;
   while (step < t.steps && !g_stop_requested) {
     ++step;
@@ -150,6 +153,8 @@ int run_train(const JobConfig& config) {
     adamw_step(state, adamw, lr.at(step), step);
     window_tokens += static_cast<int64_t>(inputs.size());
     window_peak = std::max(window_peak, allocator.peak());
+    window_max_activations = std::max(
+        window_max_activations, allocator.category_peaks()[MemoryCategory::kActivations]);
     window_recompute_flops += executor.counts().recompute_flops;
     for (const auto& [op, seconds] : executor.counts().seconds_by_op) profile_seconds[op] += seconds;
 
@@ -175,16 +180,18 @@ int run_train(const JobConfig& config) {
         std::snprintf(line, sizeof line,
                       "{\"step\": %lld, \"loss\": %.17g, \"grad_norm\": %.17g, \"lr\": %.17g, "
                       "\"peak_bytes\": %lld, \"activation_bytes_at_peak\": %lld, "
+                      "\"max_activation_bytes\": %lld, "
                       "\"tps\": %.3f, \"mfu\": %.6f, \"hfu\": %.6f}\n",
                       static_cast<long long>(step), loss, grad_norm, m.lr,
                       static_cast<long long>(window_peak),
                       static_cast<long long>(at_peak[MemoryCategory::kActivations]),
+                      static_cast<long long>(window_max_activations),
                       m.tokens_per_second, m.model_flops_per_second / peak_flops,
                       m.hardware_flops_per_second / peak_flops);
         metrics_file << line;
       }
       window_start = Clock::now();
-      window_tokens = window_peak = window_recompute_flops = 0;
+      window_tokens = window_peak = window_recompute_flops = window_max_activations = 0;
     }
     if (config.checkpoint.enable && step % config.checkpoint.interval == 0) {
       save_checkpoint(checkpoint_path(config, step), state, step, true);

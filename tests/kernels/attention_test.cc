@@ -89,19 +89,19 @@ struct AttnResult {
 };
 
 AttnResult run_attention(const Shape& s, const std::vector<float>& q, const std::vector<float>& k,
-                  const std::vector<float>& v, const std::vector<float>& dout) {
+                         const std::vector<float>& v, const std::vector<float>& dout) {
   AttnResult r;
   r.out.assign(s.q_size(), 0.0f);
   r.lse.assign(s.lse_size(), 0.0f);
-  attention_forward(q.data(), k.data(), v.data(), s.batch, s.seq, s.heads, s.kv_heads,
-                    s.head_dim, r.out.data(), r.lse.data());
+  attention_forward(q.data(), k.data(), v.data(), s.batch, s.seq, s.heads, s.kv_heads, s.head_dim,
+                    r.out.data(), r.lse.data());
   r.dq.assign(s.q_size(), 0.0f);
   r.dk.assign(s.kv_size(), 0.0f);
   r.dv.assign(s.kv_size(), 0.0f);
   std::vector<float> ws(attention_backward_workspace_floats(s.batch, s.seq, s.heads));
-  attention_backward(dout.data(), q.data(), k.data(), v.data(), r.out.data(), r.lse.data(),
-                     s.batch, s.seq, s.heads, s.kv_heads, s.head_dim, r.dq.data(), r.dk.data(),
-                     r.dv.data(), ws.data());
+  attention_backward(dout.data(), q.data(), k.data(), v.data(), r.out.data(), r.lse.data(), s.batch,
+                     s.seq, s.heads, s.kv_heads, s.head_dim, r.dq.data(), r.dk.data(), r.dv.data(),
+                     ws.data());
   return r;
 }
 
@@ -110,7 +110,7 @@ AttnResult run_attention(const Shape& s, const std::vector<float>& q, const std:
 // GQA groups of 1, 2 and 4, and head_dim not a multiple of 8.
 TEST(Attention, MatchesNaiveReference) {
   const Shape shapes[] = {{2, 150, 4, 2, 16}, {1, 130, 2, 1, 12}, {1, 64, 3, 3, 8},
-                          {2, 5, 2, 2, 64}, {1, 200, 2, 1, 64}, {1, 300, 4, 1, 16},
+                          {2, 5, 2, 2, 64},   {1, 200, 2, 1, 64}, {1, 300, 4, 1, 16},
                           {1, 520, 2, 2, 8}};
   for (const Shape& s : shapes) {
     auto q = random_vector(s.q_size(), 1);
@@ -153,8 +153,8 @@ TEST(Attention, GradientsMatchFiniteDifferences) {
   AttnResult r = run_attention(s, q, k, v, rw);
   std::vector<float> out(s.q_size()), lse(s.lse_size());
   auto loss = [&] {
-    attention_forward(q.data(), k.data(), v.data(), s.batch, s.seq, s.heads, s.kv_heads,
-                      s.head_dim, out.data(), lse.data());
+    attention_forward(q.data(), k.data(), v.data(), s.batch, s.seq, s.heads, s.kv_heads, s.head_dim,
+                      out.data(), lse.data());
     return weighted_sum(out, rw);
   };
   check_gradient("dq", q, r.dq, loss, 1e-2f, 2e-3);
@@ -173,8 +173,8 @@ TEST(Attention, GradientsMatchFiniteDifferencesAcrossTiles) {
   AttnResult r = run_attention(s, q, k, v, rw);
   std::vector<float> out(s.q_size()), lse(s.lse_size());
   auto loss = [&] {
-    attention_forward(q.data(), k.data(), v.data(), s.batch, s.seq, s.heads, s.kv_heads,
-                      s.head_dim, out.data(), lse.data());
+    attention_forward(q.data(), k.data(), v.data(), s.batch, s.seq, s.heads, s.kv_heads, s.head_dim,
+                      out.data(), lse.data());
     return weighted_sum(out, rw);
   };
   check_gradient("dq", q, r.dq, loss, 1e-2f, 2e-3, testing::sample_indices(s.q_size(), 200, 1));
@@ -191,9 +191,9 @@ TEST(Attention, BackwardAccumulates) {
   AttnResult once = run_attention(s, q, k, v, dout);
   AttnResult twice = once;
   std::vector<float> ws(attention_backward_workspace_floats(s.batch, s.seq, s.heads));
-  attention_backward(dout.data(), q.data(), k.data(), v.data(), once.out.data(),
-                     once.lse.data(), s.batch, s.seq, s.heads, s.kv_heads, s.head_dim,
-                     twice.dq.data(), twice.dk.data(), twice.dv.data(), ws.data());
+  attention_backward(dout.data(), q.data(), k.data(), v.data(), once.out.data(), once.lse.data(),
+                     s.batch, s.seq, s.heads, s.kv_heads, s.head_dim, twice.dq.data(),
+                     twice.dk.data(), twice.dv.data(), ws.data());
   // dk and dv are summed per key tile and added once: exactly doubled. dq
   // receives one addition per key tile, so only up to rounding.
   for (size_t i = 0; i < once.dq.size(); ++i)

@@ -119,7 +119,8 @@ TEST(CrossEntropy, ForwardMatchesNaive) {
   std::vector<double> ref_lse;
   const double ref = naive_cross_entropy(logits, targets, rows, vocab, &ref_lse);
   EXPECT_NEAR(loss, ref, 1e-5 * std::fabs(ref));
-  for (int64_t r = 0; r < rows; ++r) EXPECT_NEAR(lse[r], ref_lse[r], 1e-5 * (1 + std::fabs(ref_lse[r])));
+  for (int64_t r = 0; r < rows; ++r)
+    EXPECT_NEAR(lse[r], ref_lse[r], 1e-5 * (1 + std::fabs(ref_lse[r])));
 }
 
 TEST(CrossEntropy, GradientMatchesFiniteDifferences) {
@@ -130,8 +131,7 @@ TEST(CrossEntropy, GradientMatchesFiniteDifferences) {
   std::vector<float> lse(rows);
   cross_entropy_forward(logits.data(), targets.data(), rows, vocab, lse.data());
   auto grad = logits;
-  cross_entropy_backward_inplace(grad.data(), targets.data(), lse.data(), rows, vocab,
-                                 1.0f / rows);
+  cross_entropy_backward_inplace(grad.data(), targets.data(), lse.data(), rows, vocab, 1.0f / rows);
   std::vector<float> lse2(rows);
   auto loss = [&] {
     return cross_entropy_forward(logits.data(), targets.data(), rows, vocab, lse2.data());

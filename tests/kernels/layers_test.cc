@@ -95,7 +95,8 @@ TEST(RmsNorm, GradientsMatchFiniteDifferences) {
 
 TEST(RmsNorm, BackwardAccumulatesAndIsDeterministic) {
   const int64_t rows = 300, dim = 200;  // large enough to run in parallel
-  auto x = random_vector(rows * dim, 15), w = random_vector(dim, 16), g = random_vector(rows * dim, 17);
+  auto x = random_vector(rows * dim, 15), w = random_vector(dim, 16),
+       g = random_vector(rows * dim, 17);
   std::vector<float> y(rows * dim), rstd(rows);
   rmsnorm_forward(x.data(), w.data(), rows, dim, 1e-5f, y.data(), rstd.data());
   auto run = [&](int threads) {

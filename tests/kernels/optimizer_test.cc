@@ -73,8 +73,7 @@ TEST(AdamW, MatchesTorchFormula) {
   auto q0 = q;
   std::vector<float> m1(n, 0.0f), v1(n, 0.0f);
   adamw_update(q.data(), g1.data(), m1.data(), v1.data(), n, lr, b1, b2, eps, 0.0f, 1);
-  for (int64_t i = 0; i < n; ++i)
-    ASSERT_NEAR(std::fabs(q[i] - q0[i]), lr, 1e-3 * lr + 1e-6) << i;
+  for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(std::fabs(q[i] - q0[i]), lr, 1e-3 * lr + 1e-6) << i;
 }
 
 TEST(Threads, SetAndGet) {

@@ -73,9 +73,8 @@ struct GradCheck {
 // Compares grad[i] with the central difference of loss() as x[i] moves by
 // +-eps (x is restored). Fails if max |error| > tol * max(1, max |grad|).
 inline GradCheck check_gradient(const std::string& name, std::vector<float>& x,
-                                const std::vector<float>& grad,
-                                const std::function<double()>& loss, float eps, double tol,
-                                const std::vector<int64_t>& indices = {}) {
+                                const std::vector<float>& grad, const std::function<double()>& loss,
+                                float eps, double tol, const std::vector<int64_t>& indices = {}) {
   EXPECT_EQ(x.size(), grad.size()) << name;
   GradCheck result;
   for (float g : grad) result.max_abs_grad = std::max(result.max_abs_grad, std::fabs(double(g)));
@@ -117,8 +116,7 @@ inline double max_abs_diff(const std::vector<float>& a, const std::vector<float>
 }
 
 inline bool bit_identical(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() &&
-         std::equal(a.begin(), a.end(), b.begin(), [](float x, float y) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](float x, float y) {
            return std::memcmp(&x, &y, sizeof(float)) == 0;
          });
 }

@@ -146,8 +146,8 @@ struct KeyTile {
 // rows; lse2 = lse * log2(e) and delta per row. Accumulates into the key
 // tile's dka, dva and into dqt (overwritten when first).
 void backward_pair(const KeyTile& kt, const float* qs, const float* dos, const float* lse2,
-                   const float* delta, int64_t q0, int64_t M, int64_t Dp, float scale,
-                   float* p, float* ds, float* dqt, bool first) {
+                   const float* delta, int64_t q0, int64_t M, int64_t Dp, float scale, float* p,
+                   float* ds, float* dqt, bool first) {
   const int64_t np = detail::round_up(kt.nk, 8);
   const __m256 vscale = _mm256_set1_ps(scale);
   const __m256 vc = _mm256_set1_ps(scale * kLog2e);
@@ -180,9 +180,8 @@ void backward_pair(const KeyTile& kt, const float* qs, const float* dos, const f
 
 }  // namespace
 
-void attention_forward(const float* q, const float* k, const float* v, int64_t batch,
-                       int64_t seq, int64_t heads, int64_t kv_heads, int64_t head_dim,
-                       float* out, float* lse) {
+void attention_forward(const float* q, const float* k, const float* v, int64_t batch, int64_t seq,
+                       int64_t heads, int64_t kv_heads, int64_t head_dim, float* out, float* lse) {
   check_shapes(heads, kv_heads, head_dim);
   const int64_t D = head_dim, Dp = detail::round_up(D, 8);
   const int64_t group = heads / kv_heads;
@@ -209,9 +208,9 @@ void attention_forward(const float* q, const float* k, const float* v, int64_t b
 
     float* scratch = detail::thread_scratch(static_cast<size_t>(
         kQueryGroup * (2 * kTile * Dp + 2 * kTile) + 2 * kTile * Dp + kTile * kTile));
-    float* kt = scratch;           // [Dp x kTile], K tile transposed
-    float* vs = kt + kTile * Dp;   // [kTile x Dp]
-    float* s = vs + kTile * Dp;    // [kTile x kTile], scores then probabilities
+    float* kt = scratch;          // [Dp x kTile], K tile transposed
+    float* vs = kt + kTile * Dp;  // [kTile x Dp]
+    float* s = vs + kTile * Dp;   // [kTile x kTile], scores then probabilities
     float* next = s + kTile * kTile;
     QueryTile qtiles[kQueryGroup];
     for (int64_t t = t_begin; t < t_end; ++t) {
@@ -266,11 +265,10 @@ int64_t attention_backward_workspace_floats(int64_t batch, int64_t seq, int64_t 
 //   dv = P^T dO;  dP = dO v^T;  dS = P * (dP - rowsum(dO * O));
 //   dq = scale * dS k;  dk = scale * dS^T q.
 // workspace holds rowsum(dO * O) per [batch, head, position].
-void attention_backward(const float* dout, const float* q, const float* k,
-                        const float* v, const float* out, const float* lse,
-                        int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
-                        int64_t head_dim, float* dq, float* dk, float* dv,
-                        float* workspace) {
+void attention_backward(const float* dout, const float* q, const float* k, const float* v,
+                        const float* out, const float* lse, int64_t batch, int64_t seq,
+                        int64_t heads, int64_t kv_heads, int64_t head_dim, float* dq, float* dk,
+                        float* dv, float* workspace) {
   check_shapes(heads, kv_heads, head_dim);
   const int64_t D = head_dim, Dp = detail::round_up(D, 8);
   const int64_t group = heads / kv_heads;
@@ -281,7 +279,8 @@ void attention_backward(const float* dout, const float* q, const float* k,
   const int nt = num_threads();
   float* delta = workspace;
 
-#pragma omp parallel for schedule(static) num_threads(nt) if (batch * seq * heads * D >= detail::kParallelMin)
+#pragma omp parallel for schedule(static) \
+    num_threads(nt) if (batch * seq * heads * D >= detail::kParallelMin)
   for (int64_t t = 0; t < batch * seq; ++t) {
     const int64_t b = t / seq, i = t % seq;
     for (int64_t h = 0; h < heads; ++h) {
@@ -298,11 +297,11 @@ void attention_backward(const float* dout, const float* q, const float* k,
 
     float* scratch = detail::thread_scratch(static_cast<size_t>(
         kKeyGroup * 5 * kTile * Dp + 3 * kTile * Dp + 2 * kTile * kTile + 2 * kTile));
-    float* qs = scratch;             // [kTile x Dp]  Q tile
-    float* dos = qs + kTile * Dp;    // [kTile x Dp]  dO tile
-    float* dqt = dos + kTile * Dp;   // [kTile x Dp]  dq of the query tile
-    float* p = dqt + kTile * Dp;     // [kTile x kTile]
-    float* ds = p + kTile * kTile;   // [kTile x kTile]
+    float* qs = scratch;               // [kTile x Dp]  Q tile
+    float* dos = qs + kTile * Dp;      // [kTile x Dp]  dO tile
+    float* dqt = dos + kTile * Dp;     // [kTile x Dp]  dq of the query tile
+    float* p = dqt + kTile * Dp;       // [kTile x kTile]
+    float* ds = p + kTile * kTile;     // [kTile x kTile]
     float* lse2 = ds + kTile * kTile;  // [kTile]
     float* next = lse2 + kTile;
     KeyTile ktiles[kKeyGroup];
@@ -347,8 +346,8 @@ void attention_backward(const float* dout, const float* q, const float* k,
           for (int64_t r = 0; r < M; ++r) lse2[r] = lse_h[q0 + r] * kLog2e;
           const int64_t last = qt < kt_end - 1 ? qt : kt_end - 1;
           for (int64_t t = kt_begin; t <= last; ++t)
-            backward_pair(ktiles[t - kt_begin], qs, dos, lse2, delta_h + q0, q0, M, Dp, scale,
-                          p, ds, dqt, t == kt_begin);
+            backward_pair(ktiles[t - kt_begin], qs, dos, lse2, delta_h + q0, q0, M, Dp, scale, p,
+                          ds, dqt, t == kt_begin);
           for (int64_t r = 0; r < M; ++r) {
             float* dqr = dq + row0 + r * q_stride;
             const float* src = dqt + r * Dp;

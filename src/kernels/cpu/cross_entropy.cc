@@ -13,9 +13,9 @@ namespace {
 void check_targets(const int32_t* targets, int64_t rows, int64_t vocab) {
   for (int64_t r = 0; r < rows; ++r)
     if (targets[r] < 0 || targets[r] >= vocab)
-      throw std::out_of_range("cross_entropy: target " + std::to_string(targets[r]) +
-                              " of row " + std::to_string(r) +
-                              " is outside the vocabulary of " + std::to_string(vocab));
+      throw std::out_of_range("cross_entropy: target " + std::to_string(targets[r]) + " of row " +
+                              std::to_string(r) + " is outside the vocabulary of " +
+                              std::to_string(vocab));
 }
 
 // log(sum_j exp(x_j)) of one row: max-subtracted, exponentials in float,
@@ -56,9 +56,8 @@ double cross_entropy_forward(const float* logits, const int32_t* targets, int64_
   return rows > 0 ? loss / static_cast<double>(rows) : 0.0;
 }
 
-void cross_entropy_backward_inplace(float* logits, const int32_t* targets,
-                                    const float* lse, int64_t rows, int64_t vocab,
-                                    float scale) {
+void cross_entropy_backward_inplace(float* logits, const int32_t* targets, const float* lse,
+                                    int64_t rows, int64_t vocab, float scale) {
   check_targets(targets, rows, vocab);
   const int nt = num_threads();
   const __m256 vscale = _mm256_set1_ps(scale);

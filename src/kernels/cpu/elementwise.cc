@@ -37,8 +37,8 @@ void silu_mul_forward(const float* a, const float* b, int64_t n, float* out) {
 }
 
 // With s = sigmoid(a): d silu / da = s * (1 + a * (1 - s)).
-void silu_mul_backward(const float* dout, const float* a, const float* b, int64_t n,
-                       float* da, float* db) {
+void silu_mul_backward(const float* dout, const float* a, const float* b, int64_t n, float* da,
+                       float* db) {
   const int64_t blocks = (n + kBlock - 1) / kBlock;
   const int nt = num_threads();
   const __m256 one = _mm256_set1_ps(1.0f);
@@ -56,8 +56,7 @@ void silu_mul_backward(const float* dout, const float* a, const float* b, int64_
       __m256 s = _mm256_div_ps(one, den);
       __m256 silu = _mm256_div_ps(va, den);
       // s * (1 + a * (1 - s))
-      __m256 dsilu =
-          _mm256_mul_ps(s, _mm256_add_ps(one, _mm256_mul_ps(va, _mm256_sub_ps(one, s))));
+      __m256 dsilu = _mm256_mul_ps(s, _mm256_add_ps(one, _mm256_mul_ps(va, _mm256_sub_ps(one, s))));
       _mm256_storeu_ps(da + i, _mm256_add_ps(_mm256_loadu_ps(da + i),
                                              _mm256_mul_ps(_mm256_mul_ps(g, vb), dsilu)));
       _mm256_storeu_ps(db + i, _mm256_add_ps(_mm256_loadu_ps(db + i), _mm256_mul_ps(g, silu)));

@@ -29,8 +29,8 @@ inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 inline float hsum(__m256 v) {
   __m128 lo = _mm256_castps256_ps128(v);
   __m128 hi = _mm256_extractf128_ps(v, 1);
-  __m128 s = _mm_add_ps(lo, hi);                 // 4 lanes
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));        // 2 lanes
+  __m128 s = _mm_add_ps(lo, hi);                  // 4 lanes
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));         // 2 lanes
   s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 0x55));  // 1 lane
   return _mm_cvtss_f32(s);
 }

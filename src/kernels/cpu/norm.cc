@@ -29,8 +29,8 @@ double dot_double(const float* a, const float* b, int64_t n) {
 
 }  // namespace
 
-void rmsnorm_forward(const float* x, const float* weight, int64_t rows, int64_t dim,
-                     float eps, float* out, float* rstd) {
+void rmsnorm_forward(const float* x, const float* weight, int64_t rows, int64_t dim, float eps,
+                     float* out, float* rstd) {
   const int nt = num_threads();
 #pragma omp parallel for schedule(static) num_threads(nt) if (rows * dim >= detail::kParallelMin)
   for (int64_t r = 0; r < rows; ++r) {
@@ -46,9 +46,8 @@ void rmsnorm_forward(const float* x, const float* weight, int64_t rows, int64_t 
 // With g = dout and y = x * r * w, r = (mean(x^2) + eps)^-1/2:
 //   dx = r * g * w - x * r^3 * sum_j(g_j * w_j * x_j) / dim
 //   dw = sum over rows of g * x * r
-void rmsnorm_backward(const float* dout, const float* x, const float* weight,
-                      const float* rstd, int64_t rows, int64_t dim, float* dx,
-                      float* dweight) {
+void rmsnorm_backward(const float* dout, const float* x, const float* weight, const float* rstd,
+                      int64_t rows, int64_t dim, float* dx, float* dweight) {
   const int nt = num_threads();
   const bool par = rows * dim >= detail::kParallelMin;
   if (dx != nullptr) {

@@ -8,7 +8,7 @@ namespace remat::cpu {
 
 namespace {
 
-constexpr int64_t kChunk = 4096;       // floats summed into one double partial
+constexpr int64_t kChunk = 4096;         // floats summed into one double partial
 constexpr int64_t kChunksPerPass = 256;  // partials held on the stack at a time
 
 double chunk_sum_squares(const float* x, int64_t n) {
@@ -61,9 +61,8 @@ void scale_inplace(float* x, int64_t n, float factor) {
 //   denom = sqrt(v) / sqrt(1 - beta2^step) + eps
 //   param += -(lr / (1 - beta1^step)) * (m / denom)
 // Scalars are formed in double, as Python does, then rounded to float.
-void adamw_update(float* param, const float* grad, float* exp_avg, float* exp_avg_sq,
-                  int64_t n, float lr, float beta1, float beta2, float eps,
-                  float weight_decay, int64_t step) {
+void adamw_update(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
+                  float lr, float beta1, float beta2, float eps, float weight_decay, int64_t step) {
   const double lr_d = lr, b1 = beta1, b2 = beta2;
   const float decay = static_cast<float>(1.0 - lr_d * static_cast<double>(weight_decay));
   const float w1 = static_cast<float>(1.0 - b1);

@@ -14,7 +14,7 @@ namespace {
 // Zen 3 and most AVX2 cores: 2 FMA pipes x latency 4 needs >= 8 independent
 // chains; 12 covers latency 5-6 too and stays within 16 ymm registers.
 constexpr int kChains = 12;
-constexpr int64_t kInner = 4096;  // FMAs per chain between clock reads
+constexpr int64_t kInner = 4096;       // FMAs per chain between clock reads
 constexpr double kFlopsPerFma = 16.0;  // 8 lanes x (mul + add)
 
 volatile float g_seed = 0.999999f;
@@ -69,8 +69,7 @@ double measure_peak_flops(int threads, double seconds) {
 #pragma omp barrier
 #pragma omp single
     {
-      elapsed = -std::chrono::duration<double>(
-                     std::chrono::steady_clock::now().time_since_epoch())
+      elapsed = -std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
                      .count();
     }  // implicit barrier: every thread starts after the clock is read
     const int64_t fmas = fma_loop(seconds);
@@ -79,8 +78,7 @@ double measure_peak_flops(int threads, double seconds) {
 #pragma omp barrier
 #pragma omp single
     {
-      elapsed += std::chrono::duration<double>(
-                     std::chrono::steady_clock::now().time_since_epoch())
+      elapsed += std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
                      .count();
     }
   }

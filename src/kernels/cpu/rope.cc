@@ -13,8 +13,8 @@ constexpr int64_t kMaxPairs = 512;  // head_dim up to 1024
 
 // Rotates every head of every (batch, position) row by +angle (sign = 1) or
 // -angle (sign = -1). accumulate: out += rotated, else out = rotated.
-void rope_apply(const float* x, int64_t batch, int64_t seq, int64_t heads,
-                int64_t head_dim, double theta, float sign, bool accumulate, float* out) {
+void rope_apply(const float* x, int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
+                double theta, float sign, bool accumulate, float* out) {
   if (head_dim % 2 != 0 || head_dim / 2 > kMaxPairs)
     throw std::invalid_argument("rope: head_dim must be even and at most 1024");
   const int64_t pairs = head_dim / 2;
@@ -23,7 +23,8 @@ void rope_apply(const float* x, int64_t batch, int64_t seq, int64_t heads,
   for (int64_t i = 0; i < pairs; ++i)
     freq[i] = std::pow(theta, -static_cast<double>(2 * i) / static_cast<double>(head_dim));
   const int nt = num_threads();
-#pragma omp parallel for schedule(static) num_threads(nt) if (batch * seq * row >= detail::kParallelMin)
+#pragma omp parallel for schedule(static) \
+    num_threads(nt) if (batch * seq * row >= detail::kParallelMin)
   for (int64_t p = 0; p < seq; ++p) {
     float c[kMaxPairs], s[kMaxPairs];
     for (int64_t i = 0; i < pairs; ++i) {
@@ -56,14 +57,14 @@ void rope_apply(const float* x, int64_t batch, int64_t seq, int64_t heads,
 
 }  // namespace
 
-void rope_forward(const float* x, int64_t batch, int64_t seq, int64_t heads,
-                  int64_t head_dim, double theta, float* out) {
+void rope_forward(const float* x, int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
+                  double theta, float* out) {
   rope_apply(x, batch, seq, heads, head_dim, theta, 1.0f, false, out);
 }
 
 // The rotation is orthogonal: its transpose is the rotation by -angle.
-void rope_backward(const float* dout, int64_t batch, int64_t seq, int64_t heads,
-                   int64_t head_dim, double theta, float* dx) {
+void rope_backward(const float* dout, int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
+                   double theta, float* dx) {
   rope_apply(dout, batch, seq, heads, head_dim, theta, -1.0f, true, dx);
 }
 

@@ -21,7 +21,8 @@ void set_num_threads(int threads) {
   if (threads < 1) threads = 1;
   g_threads.store(threads);
   omp_set_num_threads(threads);
-  openblas_set_num_threads(threads);
+  // OpenBLAS stays single-threaded: linear.cc splits GEMMs over this pool.
+  openblas_set_num_threads(1);
 }
 
 int num_threads() {

@@ -85,18 +85,30 @@ template <int NV>
 inline void micro_rows(int64_t rows, int64_t K, const float* a, int64_t ars, int64_t aks,
                        const float* b, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
   switch (rows) {
-    case 6: micro_kernel<6, NV>(K, a, ars, aks, b, ldb, c, ldc, accumulate); break;
-    case 5: micro_kernel<5, NV>(K, a, ars, aks, b, ldb, c, ldc, accumulate); break;
-    case 4: micro_kernel<4, NV>(K, a, ars, aks, b, ldb, c, ldc, accumulate); break;
-    case 3: micro_kernel<3, NV>(K, a, ars, aks, b, ldb, c, ldc, accumulate); break;
-    case 2: micro_kernel<2, NV>(K, a, ars, aks, b, ldb, c, ldc, accumulate); break;
-    default: micro_kernel<1, NV>(K, a, ars, aks, b, ldb, c, ldc, accumulate); break;
+    case 6:
+      micro_kernel<6, NV>(K, a, ars, aks, b, ldb, c, ldc, accumulate);
+      break;
+    case 5:
+      micro_kernel<5, NV>(K, a, ars, aks, b, ldb, c, ldc, accumulate);
+      break;
+    case 4:
+      micro_kernel<4, NV>(K, a, ars, aks, b, ldb, c, ldc, accumulate);
+      break;
+    case 3:
+      micro_kernel<3, NV>(K, a, ars, aks, b, ldb, c, ldc, accumulate);
+      break;
+    case 2:
+      micro_kernel<2, NV>(K, a, ars, aks, b, ldb, c, ldc, accumulate);
+      break;
+    default:
+      micro_kernel<1, NV>(K, a, ars, aks, b, ldb, c, ldc, accumulate);
+      break;
   }
 }
 
 // C[M x N] (+)= A[M x K] * B[K x N]; N must be a multiple of 8.
 inline void tile_gemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t ars, int64_t aks,
-               const float* b, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+                      const float* b, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
   for (int64_t n0 = 0; n0 < N; n0 += 16) {
     const bool two = N - n0 >= 16;
     for (int64_t m0 = 0; m0 < M; m0 += 6) {
@@ -113,7 +125,7 @@ inline void tile_gemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t a
 
 // dst[r, 0:dp] = src[r * src_stride + 0:d], zero-padded to dp columns.
 inline void pack_rows(const float* src, int64_t src_stride, int64_t rows, int64_t d, int64_t dp,
-               float* dst) {
+                      float* dst) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* in = src + r * src_stride;
     float* out = dst + r * dp;
@@ -150,7 +162,7 @@ inline void transpose8x8(const float* src, int64_t ss, float* dst, int64_t ds) {
 // the dp x np tile. Reads the source row by row (8x8 blocks), never down a
 // column: the source rows are heads * head_dim floats apart.
 inline void pack_transposed(const float* src, int64_t src_stride, int64_t rows, int64_t d,
-                     int64_t dp, int64_t np, float* dst) {
+                            int64_t dp, int64_t np, float* dst) {
   for (int64_t j0 = 0; j0 < rows; j0 += 8) {
     const int64_t jn = rows - j0 < 8 ? rows - j0 : 8;
     for (int64_t i0 = 0; i0 < d; i0 += 8) {

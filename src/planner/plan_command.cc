@@ -1,0 +1,196 @@
+#include "planner/plan_command.h"
+
+#include <chrono>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "ac/report.h"
+#include "core/error.h"
+#include "models/registry.h"
+#include "train/metrics.h"
+
+namespace remat {
+
+namespace {
+
+std::string gib(int64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f", static_cast<double>(bytes) / (1024.0 * 1024 * 1024));
+  return buf;
+}
+
+nlohmann::json to_json(const Prediction& p) {
+  nlohmann::json at_peak;
+  for (int c = 0; c < kNumMemoryCategories; ++c) {
+    at_peak[to_string(static_cast<MemoryCategory>(c))] = p.at_peak.bytes[c];
+  }
+  return {{"name", p.name},
+          {"mode", p.mode},
+          {"peak_bytes", p.peak_bytes},
+          {"at_peak", at_peak},
+          {"peak_during", p.peak_during},
+          {"kept_activation_bytes", p.kept_activation_bytes},
+          {"model_flops", p.model_flops},
+          {"recompute_flops", p.recompute_flops},
+          {"fits", p.fits},
+          {"warnings", p.warnings}};
+}
+
+std::string format_table(const std::vector<Prediction>& rows, const std::string& configured) {
+  size_t mode_width = 4;
+  for (const Prediction& p : rows) mode_width = std::max(mode_width, p.name.size());
+  std::string out;
+  char line[1024];
+  std::snprintf(line, sizeof line,
+                "  %-*s  %9s  %9s  %9s  %9s  %11s  %11s  %9s  %11s  %11s  %-s\n",
+                static_cast<int>(mode_width), "mode", "peak GiB", "params", "grads", "optimizer",
+                "activations", "temporaries", "kept act.", "model TFLOP", "recomp TFLOP",
+                "peak during");
+  out += line;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const Prediction& p = rows[i];
+    const auto& b = p.at_peak;
+    std::snprintf(line, sizeof line,
+                  "%c %-*s  %9s  %9s  %9s  %9s  %11s  %11s  %9s  %11.3f  %11.3f  %s%s\n",
+                  p.mode == configured ? '*' : ' ', static_cast<int>(mode_width), p.name.c_str(),
+                  gib(p.peak_bytes).c_str(), gib(b[MemoryCategory::kParameters]).c_str(),
+                  gib(b[MemoryCategory::kGradients]).c_str(),
+                  gib(b[MemoryCategory::kOptimizerState]).c_str(),
+                  gib(b[MemoryCategory::kActivations]).c_str(),
+                  gib(b[MemoryCategory::kTemporaries]).c_str(),
+                  gib(p.kept_activation_bytes).c_str(), static_cast<double>(p.model_flops) / 1e12,
+                  static_cast<double>(p.recompute_flops) / 1e12, p.peak_during.c_str(),
+                  p.fits ? "" : "  (does not fit)");
+    out += line;
+  }
+  return out;
+}
+
+}  // namespace
+
+PlannerOptions planner_options_from_config(const JobConfig& config) {
+  PlannerOptions o;
+  o.shard_degree = config.parallelism.data_parallel_shard_degree;
+  o.bf16_compute = config.training.mixed_precision_param == "bfloat16";
+  o.device_memory = config.memory.limit.empty()
+                        ? 0
+                        : static_cast<int64_t>(parse_memory_size(config.memory.limit));
+  return o;
+}
+
+int run_plan(JobConfig config, const PlanCommandOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  if (options.torchtitan) {
+    config.training.mixed_precision_param = "bfloat16";
+    if (config.parallelism.data_parallel_shard_degree == 1) {
+      config.parallelism.data_parallel_shard_degree = 8;
+    }
+    if (config.memory.limit.empty()) config.memory.limit = "80GiB";
+  }
+  const auto& t = config.training;
+  BuiltModel model = build_model(config.model, t.local_batch_size, t.seq_len);
+  const PlannerOptions planner = planner_options_from_config(config);
+  const AcOptions configured = ac_options_from_config(config);
+
+  const Plan configured_plan = make_plan(model.program, configured);
+  Prediction chosen = predict(model.program, configured_plan, planner);
+  chosen.name = "configured";
+  std::vector<Prediction> rows;
+  bool listed = false;
+  for (const NamedMode& mode : comparison_modes(configured)) {
+    rows.push_back(predict(model.program, make_plan(model.program, mode.options), planner));
+    rows.back().name = mode.name;
+    listed = listed || rows.back().mode == chosen.mode;
+  }
+  if (!listed) rows.insert(rows.begin(), chosen);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+  const ModelSummary& s = model.summary;
+  if (options.json) {
+    nlohmann::json j;
+    j["model"] = {{"family", s.family},     {"flavor", s.flavor},
+                  {"params", s.params},     {"active_params", s.active_params},
+                  {"layers", s.n_layers},   {"vocab_size", s.vocab_size}};
+    j["run"] = {{"local_batch_size", t.local_batch_size},
+                {"seq_len", t.seq_len},
+                {"data_parallel_shard_degree", planner.shard_degree},
+                {"compute_dtype", planner.bf16_compute ? "bfloat16" : "float32"},
+                {"device_memory_bytes", planner.device_memory}};
+    j["configured"] = to_json(chosen);
+    j["modes"] = nlohmann::json::array();
+    for (const Prediction& p : rows) j["modes"].push_back(to_json(p));
+    if (options.matmuls) {
+      j["matmul_table"] = format_matmul_table(model.program, make_plan(model.program, configured), true);
+    }
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
+  std::printf("remat plan: %s %s, %s parameters, batch %lld x seq %lld per device\n",
+              s.family.c_str(), s.flavor.c_str(), with_thousands(s.params).c_str(),
+              static_cast<long long>(t.local_batch_size), static_cast<long long>(t.seq_len));
+  std::printf("  compute %s (master weights, gradients, optimizer state fp32), "
+              "sharded over %lld ranks%s%s\n",
+              planner.bf16_compute ? "bf16" : "fp32",
+              static_cast<long long>(planner.shard_degree),
+              planner.device_memory > 0 ? ", device memory " : "",
+              planner.device_memory > 0 ? format_bytes(planner.device_memory).c_str() : "");
+  std::printf("  memory at the peak moment, per device (GiB); * = the configured mode\n");
+  std::fputs(format_table(rows, chosen.mode).c_str(), stdout);
+  std::printf("  configured: %s\n", chosen.mode.c_str());
+  for (const std::string& w : chosen.warnings) std::printf("warning: %s\n", w.c_str());
+  if (options.matmuls) {
+    std::fputs(format_matmul_table(model.program, make_plan(model.program, configured), true).c_str(),
+               stdout);
+  }
+  std::printf("(planned in %.3f s without allocating the model)\n", seconds);
+  return 0;
+}
+
+void check_run_fits(const JobConfig& config) {
+  const auto& t = config.training;
+  const int64_t available = config.memory.limit.empty()
+                                ? physical_memory_bytes()
+                                : static_cast<int64_t>(parse_memory_size(config.memory.limit));
+  PlannerOptions cpu;  // the CPU engine: fp32, one rank
+  BuiltModel model = build_model(config.model, t.local_batch_size, t.seq_len);
+  const AcOptions configured = ac_options_from_config(config);
+  const Prediction p = predict(model.program, make_plan(model.program, configured), cpu);
+  if (p.peak_bytes <= available) return;
+
+  std::string advice;
+  // The mode with the least recompute that fits, in order of recompute cost.
+  const Prediction* best = nullptr;
+  std::vector<Prediction> predictions;
+  for (const NamedMode& mode : comparison_modes(configured)) {
+    predictions.push_back(predict(model.program, make_plan(model.program, mode.options), cpu));
+  }
+  for (const Prediction& q : predictions) {
+    if (q.peak_bytes <= available && (!best || q.recompute_flops < best->recompute_flops)) best = &q;
+  }
+  if (best) {
+    advice = "activation checkpointing \"" + best->mode + "\" would fit (peak " +
+             format_bytes(best->peak_bytes) + ")";
+  } else {
+    // No mode fits at this batch size: the largest smaller batch that fits,
+    // with the least recompute at that size.
+    for (int64_t batch = t.local_batch_size / 2; batch >= 1 && advice.empty(); batch /= 2) {
+      BuiltModel smaller = build_model(config.model, batch, t.seq_len);
+      for (const NamedMode& mode : comparison_modes(configured)) {
+        const Prediction q =
+            predict(smaller.program, make_plan(smaller.program, mode.options), cpu);
+        if (q.peak_bytes <= available) {
+          advice = "training.local_batch_size = " + std::to_string(batch) + " with \"" +
+                   q.mode + "\" would fit (peak " + format_bytes(q.peak_bytes) + ")";
+          break;
+        }
+      }
+    }
+  }
+  if (advice.empty()) advice = "no AC mode or batch size fits; use a smaller model or more memory";
+  throw InputError("memory: the run needs " + format_bytes(p.peak_bytes) + " at its peak with \"" +
+                   p.mode + "\" but " + format_bytes(available) + " is available (" +
+                   (config.memory.limit.empty() ? "physical RAM" : "memory.limit") + "); " + advice);
+}
+
+}  // namespace remat

@@ -1,0 +1,27 @@
+// `remat plan`: the memory and FLOPs of a run, predicted for the configured
+// AC mode and side by side for the others, as aligned tables or JSON.
+#pragma once
+
+#include <string>
+
+#include "io/config.h"
+#include "planner/planner.h"
+
+namespace remat {
+
+struct PlanCommandOptions {
+  bool json = false;        // machine-readable output (field names in README)
+  bool matmuls = false;     // the log_mm_flops table with bytes and FLOPs/byte
+  bool torchtitan = false;  // torchtitan's usual 8B set-up: bf16 compute,
+                            // sharded over 8, 80GiB per device
+};
+
+PlannerOptions planner_options_from_config(const JobConfig& config);
+int run_plan(JobConfig config, const PlanCommandOptions& options);
+
+// Before a training run allocates anything: InputError (exit 2) if the
+// predicted peak does not fit in memory.limit (or physical RAM), naming an AC
+// mode or a batch size that would fit.
+void check_run_fits(const JobConfig& config);
+
+}  // namespace remat

@@ -1,0 +1,116 @@
+#include "planner/planner.h"
+
+#include <map>
+
+#include "runtime/executor.h"
+
+namespace remat {
+
+namespace {
+
+// Parameters a step reads: one FSDP unit is a transformer block; outside the
+// blocks each op's own parameters form a unit (embedding; norm + output).
+struct UnitBooker {
+  const Program& program;
+  Allocator& allocator;
+  double gathered_bytes_per_param;   // compute dtype, before the temporaries' scale
+  double temporaries_scale;
+  bool sharded;
+  int32_t current_unit = -1000000;
+  Tensor gathered_params, gathered_grads;
+
+  int64_t unit_params(int32_t unit) const {
+    int64_t n = 0;
+    std::vector<bool> seen(program.params.size(), false);
+    for (const Node& node : program.nodes) {
+      if (node.block != unit) continue;
+      for (ParamId p : node.params) {
+        if (!seen[p]) n += numel(program.params[p].shape);
+        seen[p] = true;
+      }
+    }
+    return n;
+  }
+
+  void on_step(const Step& step) {
+    const int32_t unit = program.nodes[step.node].block;
+    const bool backward = step.kind != Step::Kind::kForward;
+    const int32_t key = backward ? -unit - 2 : unit;  // forward and backward differ
+    if (key == current_unit) return;
+    current_unit = key;
+    gathered_params.reset();
+    gathered_grads.reset();
+    if (!sharded) return;
+    // The all-gathered weights of this unit, in the compute dtype; in the
+    // backward also its full-size fp32 gradients before reduce-scatter.
+    const int64_t n = unit_params(unit);
+    const auto elems = static_cast<int64_t>(static_cast<double>(n) * gathered_bytes_per_param / 4);
+    gathered_params = Tensor(allocator, {elems}, MemoryCategory::kTemporaries);
+    if (backward) {
+      const auto grad_elems = static_cast<int64_t>(static_cast<double>(n) / temporaries_scale);
+      gathered_grads = Tensor(allocator, {grad_elems}, MemoryCategory::kTemporaries);
+    }
+  }
+};
+
+}  // namespace
+
+Prediction predict(const Program& program, const Plan& plan, const PlannerOptions& options) {
+  Allocator allocator(/*counting_only=*/true);
+  const double shard = 1.0 / static_cast<double>(options.shard_degree);
+  const double act = options.bf16_compute ? 0.5 : 1.0;
+  // The bookings of the executor's temporaries and activations are in its
+  // fp32 elements; the gathered weights are booked in elements already
+  // scaled to the compute dtype, so temporaries share the activation scale.
+  allocator.set_scale({shard, shard, shard, act, act});
+
+  ModelState state(program, allocator, /*with_gradients=*/true);
+  state.ensure_optimizer_state();
+  Executor executor(program, make_schedule(program, plan, /*with_backward=*/true), allocator,
+                    state);
+  // A single unsharded fp32 device computes on its weights in place; any
+  // other set-up works on a gathered (and possibly cast) copy of each unit.
+  const bool gathered = options.shard_degree > 1 || options.bf16_compute;
+  UnitBooker booker{program, allocator, (options.bf16_compute ? 2.0 : 4.0) / act, act, gathered,
+                    -1000000, {}, {}};
+  executor.set_step_observer([&](const Step& step) { booker.on_step(step); });
+  allocator.reset_peak();
+  executor.run(Batch{nullptr, nullptr});
+  booker.gathered_params.reset();
+  booker.gathered_grads.reset();
+
+  Prediction p;
+  p.mode = plan.description;
+  p.peak_bytes = allocator.peak();
+  p.at_peak = allocator.at_peak();
+  p.peak_during = allocator.peak_label();
+  p.kept_activation_bytes = allocator.category_peaks()[MemoryCategory::kActivations];
+  p.model_flops = executor.counts().forward_flops + executor.counts().backward_flops;
+  p.recompute_flops = executor.counts().recompute_flops;
+  p.warnings = plan.warnings;
+  p.fits = options.device_memory <= 0 || p.peak_bytes <= options.device_memory;
+  return p;
+}
+
+std::vector<NamedMode> comparison_modes(const AcOptions& configured) {
+  auto op = [](double threshold, std::vector<std::string> filter) {
+    AcOptions o;
+    o.mode = AcOptions::Mode::kSelectiveOp;
+    o.mm_flops_threshold = threshold;
+    o.force_recompute_fqns = std::move(filter);
+    return o;
+  };
+  AcOptions none, full, layer2;
+  none.mode = AcOptions::Mode::kNone;
+  full.mode = AcOptions::Mode::kFull;
+  layer2.mode = AcOptions::Mode::kSelectiveLayer;
+  layer2.layer_frequency = 2;
+  return {{"none", none},
+          {"full", full},
+          {"selective 2", layer2},
+          {"op threshold 0", op(0, {})},
+          {"op configured", op(configured.mm_flops_threshold, configured.force_recompute_fqns)},
+          {"op threshold 1e50", op(1e50, {})}};
+}
+
+}  // namespace remat

@@ -1,0 +1,51 @@
+// The planner: predicts a run's memory and FLOPs before it starts, by
+// replaying the very schedule the executor follows against a counting-only
+// allocator (no tensor is allocated, no kernel runs). What the executor would
+// book, the planner books: the prediction for the CPU engine is exact.
+//
+// It can also price set-ups the CPU engine does not run: bf16 compute with
+// fp32 master state, and FSDP/ZeRO-3 sharding of parameters, gradients and
+// optimizer state over N ranks (with the unsharded copy of the unit in
+// flight), for the per-device memory of a GPU run.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ac/policy.h"
+#include "core/memory.h"
+#include "graph/program.h"
+
+namespace remat {
+
+struct PlannerOptions {
+  int64_t shard_degree = 1;     // data-parallel ranks sharing params/grads/optimizer
+  bool bf16_compute = false;    // activations and the gathered weights in bf16
+  int64_t device_memory = 0;    // bytes per device to compare against (0: none)
+};
+
+struct Prediction {
+  std::string name;             // short row name, e.g. "op threshold 1e50"
+  std::string mode;             // the plan's full description
+  int64_t peak_bytes = 0;
+  MemorySnapshot at_peak;       // breakdown at the peak moment
+  std::string peak_during;      // "backward layers.0.attention.sdpa"
+  int64_t kept_activation_bytes = 0;  // high-water mark of kept activations
+  int64_t model_flops = 0;      // forward + backward, per step
+  int64_t recompute_flops = 0;  // per step
+  std::vector<std::string> warnings;
+  bool fits = true;             // peak <= device_memory (when given)
+};
+
+Prediction predict(const Program& program, const Plan& plan, const PlannerOptions& options);
+
+// The AC modes `remat plan` compares: none, full, selective 2, op (threshold
+// 0), op with the configured threshold and filter, op (threshold 1e50).
+struct NamedMode {
+  std::string name;
+  AcOptions options;
+};
+std::vector<NamedMode> comparison_modes(const AcOptions& configured);
+
+}  // namespace remat
