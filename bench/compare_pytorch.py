@@ -741,7 +741,7 @@ def main(argv=None):
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--models", help="comma-separated: debug,wide (default both; --quick: debug)")
     p.add_argument("--debug-steps", type=int, default=7)
-    p.add_argument("--wide-steps", type=int, default=3)
+    p.add_argument("--wide-steps", type=int, default=2)
     p.add_argument("--debug-warmup", type=int, default=2, help="untimed first steps (debug model)")
     p.add_argument("--wide-warmup", type=int, default=1, help="untimed first steps (wide model)")
     p.add_argument("--torch-attention", choices=["naive", "sdpa"], default="sdpa",

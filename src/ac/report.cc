@@ -35,6 +35,9 @@ std::string format_matmul_table(const Program& program, const Plan& plan, bool w
     if (d.reason == MatmulReason::kMatchedFilter) {
       decision = "recomputed (matched filter '" + d.matched_pattern + "')";
     }
+    // A matmul the policy keeps whose output no backward reads (e.g. w2, whose
+    // output only feeds a residual add) is not stored: the plan says so.
+    if (d.keep && !plan.keep[node.outputs[0]]) decision += " [not needed: not stored]";
     Row row{generalize_layer_index(node.fqn), shape, decision, forward_flops(node),
             a.m * a.n * 4, 1};
     const std::string key = row.fqn + "|" + row.shape + "|" + row.decision;
