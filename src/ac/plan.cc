@@ -53,9 +53,10 @@ Plan complete_plan(const Program& program, const std::vector<bool>& keep_wanted)
   for (int32_t n = static_cast<int32_t>(program.nodes.size()) - 1; n >= 0; --n) {
     const Node& node = program.nodes[n];
     bool rebuild = false;
+    const bool always_kept = op_info(node.kind).outputs_always_kept;
     for (ValueId out : node.outputs) {
       if (!needed[out]) continue;
-      if (keep_wanted[out] || boundary[out]) {
+      if (keep_wanted[out] || boundary[out] || always_kept) {
         plan.keep[out] = true;
       } else {
         rebuild = true;

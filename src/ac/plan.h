@@ -55,7 +55,9 @@ struct Plan {
 // value is kept only if the backward pass needs it (directly, or to rebuild
 // another needed value); every needed value that is not kept is rebuilt by
 // re-running its producer, recursively, and nothing else is re-run.
-// Values that cross a block boundary are always kept.
+// Values that cross a block boundary are always kept, and so are the
+// outputs of ops whose OpInfo says outputs_always_kept (decisions such as MoE
+// routing, which a recompute must never re-make).
 Plan complete_plan(const Program& program, const std::vector<bool>& keep_wanted);
 
 // Values the backward of node n reads (its saved inputs and outputs).

@@ -11,6 +11,8 @@ const char* output_suffix(OpKind kind, size_t index) {
     case OpKind::kRmsNorm: return ":rstd";
     case OpKind::kAttention:
     case OpKind::kCrossEntropy: return ":lse";
+    case OpKind::kMoeRoute: return ":indices";
+    case OpKind::kMoeDispatch: return index == 1 ? ":offsets" : ":perm";
     default: return ":out1";
   }
 }
@@ -23,6 +25,11 @@ ProgramBuilder::ProgramBuilder(int64_t batch, int64_t seq) {
 
 ParamId ProgramBuilder::param(const std::string& fqn, Shape shape, ParamInit init) {
   program_.params.push_back(Param{fqn, std::move(shape), init, true});
+  return static_cast<ParamId>(program_.params.size() - 1);
+}
+
+ParamId ProgramBuilder::buffer(const std::string& fqn, Shape shape) {
+  program_.params.push_back(Param{fqn, std::move(shape), {ParamInit::Kind::kZeros}, false});
   return static_cast<ParamId>(program_.params.size() - 1);
 }
 
@@ -70,6 +77,67 @@ ValueId ProgramBuilder::linear(const std::string& fqn, ValueId x, ParamId weight
   a.n = w[0];
   if (a.m * a.k != numel(shape(x))) throw std::logic_error("linear shape mismatch at " + fqn);
   return add_node(OpKind::kLinear, fqn, {x}, {weight}, a);
+}
+
+ValueId ProgramBuilder::linear_in_out(const std::string& fqn, ValueId x, ParamId weight) {
+  const Shape& w = program_.params[weight].shape;
+  OpAttrs a;
+  a.k = w[w.size() - 2];
+  a.n = w[w.size() - 1];
+  a.m = numel(shape(x)) / a.k;
+  a.weight_in_out = true;
+  if (a.m * a.k != numel(shape(x)) || a.k * a.n != numel(w)) {
+    throw std::logic_error("linear shape mismatch at " + fqn);
+  }
+  return add_node(OpKind::kLinear, fqn, {x}, {weight}, a);
+}
+
+std::pair<ValueId, ValueId> ProgramBuilder::moe_route(const std::string& fqn, ValueId logits,
+                                                      ParamId expert_bias, ParamId counts,
+                                                      int64_t top_k, bool sigmoid) {
+  OpAttrs a;
+  a.rows = shape(logits)[0];
+  a.experts = shape(logits)[1];
+  a.top_k = top_k;
+  a.sigmoid = sigmoid;
+  if (top_k < 1 || top_k > a.experts) throw std::logic_error("bad top_k at " + fqn);
+  ValueId scores = add_node(OpKind::kMoeRoute, fqn, {logits}, {expert_bias, counts}, a);
+  return {scores, program_.nodes.back().outputs[1]};
+}
+
+MoeDispatched ProgramBuilder::moe_dispatch(const std::string& fqn, ValueId x, ValueId scores,
+                                           ValueId indices, int64_t experts) {
+  OpAttrs a;
+  a.rows = shape(x)[0];
+  a.dim = shape(x)[1];
+  a.top_k = shape(scores)[1];
+  a.experts = experts;
+  ValueId rows = add_node(OpKind::kMoeDispatch, fqn, {x, scores, indices}, {}, a);
+  const Node& node = program_.nodes.back();
+  return {rows, node.outputs[1], node.outputs[2]};
+}
+
+ValueId ProgramBuilder::grouped_linear(const std::string& fqn, ValueId rows, ValueId offsets,
+                                       ParamId weight) {
+  const Shape& w = program_.params[weight].shape;
+  OpAttrs a;
+  a.experts = w[0];
+  a.k = w[1];
+  a.n = w[2];
+  a.m = shape(rows)[0];
+  if (shape(rows)[1] != a.k || shape(offsets)[0] != a.experts + 1) {
+    throw std::logic_error("grouped linear shape mismatch at " + fqn);
+  }
+  return add_node(OpKind::kGroupedLinear, fqn, {rows, offsets}, {weight}, a);
+}
+
+ValueId ProgramBuilder::moe_combine(const std::string& fqn, ValueId rows, ValueId perm,
+                                    int64_t top_k) {
+  OpAttrs a;
+  a.top_k = top_k;
+  a.rows = shape(rows)[0] / top_k;
+  a.dim = shape(rows)[1];
+  return add_node(OpKind::kMoeCombine, fqn, {rows, perm}, {}, a);
 }
 
 ValueId ProgramBuilder::rope(const std::string& fqn, ValueId x, int64_t heads,

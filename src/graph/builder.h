@@ -3,16 +3,23 @@
 #pragma once
 
 #include <string>
+#include <utility>
 
 #include "graph/program.h"
 
 namespace remat {
+
+struct MoeDispatched {
+  ValueId rows, offsets, perm;
+};
 
 class ProgramBuilder {
  public:
   ProgramBuilder(int64_t batch, int64_t seq);
 
   ParamId param(const std::string& fqn, Shape shape, ParamInit init);
+  // A non-trainable tensor (zero-initialised) that ops update themselves.
+  ParamId buffer(const std::string& fqn, Shape shape);
   // Nodes added after this belong to block `block` (-1: outside any block).
   void set_block(int32_t block) { block_ = block; }
 
@@ -20,6 +27,17 @@ class ProgramBuilder {
   // Returns the normalised output (the rstd statistic is a second output).
   ValueId rmsnorm(const std::string& fqn, ValueId x, ParamId weight, float eps);
   ValueId linear(const std::string& fqn, ValueId x, ParamId weight);
+  // y = x @ w with w stored (..., in, out), e.g. (1, dim, hidden).
+  ValueId linear_in_out(const std::string& fqn, ValueId x, ParamId weight);
+  // MoE (spec.md §3). Returns (top-k scores, expert indices).
+  std::pair<ValueId, ValueId> moe_route(const std::string& fqn, ValueId logits,
+                                        ParamId expert_bias, ParamId counts, int64_t top_k,
+                                        bool sigmoid);
+  MoeDispatched moe_dispatch(const std::string& fqn, ValueId x, ValueId scores,
+                             ValueId indices, int64_t experts);
+  ValueId grouped_linear(const std::string& fqn, ValueId rows, ValueId offsets,
+                         ParamId weight);
+  ValueId moe_combine(const std::string& fqn, ValueId rows, ValueId perm, int64_t top_k);
   ValueId rope(const std::string& fqn, ValueId x, int64_t heads, int64_t head_dim,
                double theta);
   ValueId attention(const std::string& fqn, ValueId q, ValueId k, ValueId v,

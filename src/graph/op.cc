@@ -16,7 +16,15 @@ const OpInfo& op_info(OpKind kind) {
   static const OpInfo kSiluMul{"silu_mul", OpClass::kOther, 2, 1, 0b11, 0b0, false};
   static const OpInfo kAdd{"add", OpClass::kOther, 2, 1, 0b0, 0b0, false};
   static const OpInfo kCrossEntropy{"cross_entropy", OpClass::kOther, 1, 2, 0b1, 0b10, true};
+  static const OpInfo kMoeRoute{"moe_route", OpClass::kOther, 1, 2, 0b1, 0b10, false, true};
+  static const OpInfo kMoeDispatch{"moe_dispatch", OpClass::kOther, 3, 3, 0b011, 0b100, false};
+  static const OpInfo kGroupedLinear{"grouped_linear", OpClass::kMatmul, 2, 1, 0b11, 0b0, false};
+  static const OpInfo kMoeCombine{"moe_combine", OpClass::kOther, 2, 1, 0b10, 0b0, false};
   switch (kind) {
+    case OpKind::kMoeRoute: return kMoeRoute;
+    case OpKind::kMoeDispatch: return kMoeDispatch;
+    case OpKind::kGroupedLinear: return kGroupedLinear;
+    case OpKind::kMoeCombine: return kMoeCombine;
     case OpKind::kEmbedding: return kEmbedding;
     case OpKind::kRmsNorm: return kRmsNorm;
     case OpKind::kLinear: return kLinear;
@@ -41,6 +49,11 @@ std::vector<Shape> infer_output_shapes(const Node& node) {
     case OpKind::kSiluMul:
     case OpKind::kAdd: return {{a.rows, a.dim}};
     case OpKind::kCrossEntropy: return {{1}, {a.rows}};
+    case OpKind::kMoeRoute: return {{a.rows, a.top_k}, {a.rows, a.top_k}};
+    case OpKind::kMoeDispatch:
+      return {{a.rows * a.top_k, a.dim}, {a.experts + 1}, {a.rows * a.top_k}};
+    case OpKind::kGroupedLinear: return {{a.m, a.n}};
+    case OpKind::kMoeCombine: return {{a.rows, a.dim}};
   }
   throw std::logic_error("unknown op kind");
 }
@@ -54,7 +67,8 @@ int64_t attention_core_flops(const OpAttrs& a) {
 
 int64_t forward_flops(const Node& node) {
   switch (node.kind) {
-    case OpKind::kLinear: return 2 * node.attrs.m * node.attrs.k * node.attrs.n;
+    case OpKind::kLinear:
+    case OpKind::kGroupedLinear: return 2 * node.attrs.m * node.attrs.k * node.attrs.n;
     case OpKind::kAttention: return attention_core_flops(node.attrs);
     default: return 0;
   }

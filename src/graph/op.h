@@ -19,6 +19,12 @@ enum class OpKind {
   kSiluMul,       // a, b -> silu(a) * b
   kAdd,           // a, b -> a + b
   kCrossEntropy,  // logits[rows, vocab] (targets) -> loss[1], lse[rows]
+  // Mixture of experts (spec.md §3). Expert ids and row permutations travel
+  // as exact floats so that every value is an fp32 tensor.
+  kMoeRoute,      // logits[T, E] -> scores[T, k], indices[T, k]    params: expert_bias, counts
+  kMoeDispatch,   // x[T, D], scores, indices -> rows[T*k, D], offsets[E+1], perm[T*k]
+  kGroupedLinear, // rows[N, K], offsets[E+1] -> out[N, n]           params: w[E, K, n]
+  kMoeCombine,    // rows[T*k, D], perm[T*k] -> y[T, D]
 };
 
 // What the AC policy reasons about.
@@ -35,6 +41,11 @@ struct OpAttrs {
   int64_t batch = 0, seq = 0, heads = 0, kv_heads = 0, head_dim = 0;
   double theta = 0;                            // rope
   float eps = 0;                               // rmsnorm
+  // linear: the weight is stored (in, out) = [k, n] instead of PyTorch's
+  // [n, k] (torchtitan's expert layout, used for the MoE shared expert).
+  bool weight_in_out = false;
+  int64_t experts = 0, top_k = 0;              // MoE ops (rows = tokens, dim = D)
+  bool sigmoid = false;                        // MoE route: score function
 };
 
 struct OpInfo {
@@ -48,6 +59,10 @@ struct OpInfo {
   // The backward turns input 0 into its own gradient in place (cross-entropy:
   // dlogits overwrites logits, so no second copy of the logits ever exists).
   bool grad_in_place_of_input0;
+  // The op's outputs are decisions that must never be re-made: every plan
+  // keeps them (when anything reads them), whatever the policy wished, so a
+  // recompute never re-runs the op (MoE routing survives recompute).
+  bool outputs_always_kept = false;
 };
 
 const OpInfo& op_info(OpKind kind);

@@ -111,7 +111,11 @@ int run_plan(JobConfig config, const PlanCommandOptions& options) {
     nlohmann::json j;
     j["model"] = {{"family", s.family},     {"flavor", s.flavor},
                   {"params", s.params},     {"active_params", s.active_params},
-                  {"layers", s.n_layers},   {"vocab_size", s.vocab_size}};
+                  {"layers", s.n_layers},   {"vocab_size", s.vocab_size},
+                  {"embedding_params", s.embedding_params},
+                  {"flops_per_token",
+                   model_flops_per_token(s.active_params, s.embedding_params, s.attention_term,
+                                         t.seq_len)}};
     j["run"] = {{"local_batch_size", t.local_batch_size},
                 {"seq_len", t.seq_len},
                 {"data_parallel_shard_degree", planner.shard_degree},

@@ -13,6 +13,11 @@ struct OpBuffers {
   std::vector<const float*> inputs;
   std::vector<float*> outputs;
   std::vector<const float*> params;
+  // The same parameters, writable: ops that update their own buffers (MoE
+  // routing counts tokens per expert) write through these.
+  std::vector<float*> mutable_params;
+  // A forward re-run in the backward pass: it must not update any state.
+  bool is_recompute = false;
   // Backward only.
   const float* grad_output = nullptr;      // gradient of output 0
   std::vector<float*> grad_inputs;         // accumulated into

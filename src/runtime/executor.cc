@@ -59,7 +59,11 @@ void Executor::forward(const Node& node, int32_t index, bool recompute, const Ba
     }
     b.inputs.push_back(values_[in].data());
   }
-  for (ParamId p : node.params) b.params.push_back(state_.params[p].data());
+  for (ParamId p : node.params) {
+    b.params.push_back(state_.params[p].data());
+    b.mutable_params.push_back(state_.params[p].data());
+  }
+  b.is_recompute = recompute;
   // A recompute may rebuild an output that is still live (a node with one
   // kept and one dropped output): that copy goes to scratch and is dropped.
   std::vector<Tensor> scratch;

@@ -7,12 +7,19 @@
 namespace remat {
 
 double clip_grad_norm(ModelState& state, double max_norm) {
+  // Buffers (non-trainable, e.g. MoE expert_bias) have no gradient to clip.
+  const auto& params = state.program->params;
   double sum = 0;
-  for (const Tensor& g : state.grads) sum += cpu::sum_squares(g.data(), g.numel());
+  for (size_t i = 0; i < state.grads.size(); ++i) {
+    if (params[i].trainable) sum += cpu::sum_squares(state.grads[i].data(), state.grads[i].numel());
+  }
   const double norm = std::sqrt(sum);
   const double coef = max_norm / (norm + 1e-6);
   if (coef < 1.0) {
-    for (Tensor& g : state.grads) cpu::scale_inplace(g.data(), g.numel(), static_cast<float>(coef));
+    for (size_t i = 0; i < state.grads.size(); ++i) {
+      if (!params[i].trainable) continue;
+      cpu::scale_inplace(state.grads[i].data(), state.grads[i].numel(), static_cast<float>(coef));
+    }
   }
   return norm;
 }

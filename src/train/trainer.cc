@@ -22,6 +22,7 @@
 #include "planner/plan_command.h"
 #include "runtime/executor.h"
 #include "train/checkpoint.h"
+#include "train/load_balance.h"
 #include "train/lr_schedule.h"
 #include "train/metrics.h"
 #include "train/optimizer.h"
@@ -150,6 +151,8 @@ int run_train(const JobConfig& config) {
     allocator.reset_peak();
     const double loss = executor.run(Batch{inputs.data(), targets.data()});
     const double grad_norm = clip_grad_norm(state, t.max_norm);
+    const MoeLoad moe = moe_load(state);  // read before the counts reset
+    update_expert_bias(state);
     adamw_step(state, adamw, lr.at(step), step);
     window_tokens += static_cast<int64_t>(inputs.size());
     window_peak = std::max(window_peak, allocator.peak());
@@ -172,7 +175,9 @@ int run_train(const JobConfig& config) {
           m.model_flops_per_second + static_cast<double>(window_recompute_flops) / seconds;
       m.peak_flops = peak_flops;
       m.lr = lr.at(step);
-      std::printf("%s\n", format_log_line(m).c_str());
+      const std::string moe_text = format_moe_load(moe);
+      std::printf("%s%s%s\n", format_log_line(m).c_str(), moe_text.empty() ? "" : "  ",
+                  moe_text.c_str());
       std::fflush(stdout);
       if (metrics_file.is_open()) {
         const MemorySnapshot& at_peak = allocator.at_peak();

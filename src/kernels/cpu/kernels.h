@@ -42,6 +42,50 @@ void linear_forward(const float* x, const float* w, int64_t m, int64_t k, int64_
 void linear_backward(const float* dy, const float* x, const float* w, int64_t m,
                      int64_t k, int64_t n, float* dx, float* dw);
 
+// --- linear with the weight stored (in, out): y[m, n] = x[m, k] @ w[k, n]
+// (torchtitan's expert layout). dx += dy @ w^T ; dw += x^T @ dy (null: skipped).
+void linear_in_out_forward(const float* x, const float* w, int64_t m, int64_t k, int64_t n,
+                           float* y);
+void linear_in_out_backward(const float* dy, const float* x, const float* w, int64_t m,
+                            int64_t k, int64_t n, float* dx, float* dw);
+
+// --- mixture of experts (moe.cc). T tokens, E experts, top_k slots per
+// token, D model dim. Expert ids, offsets and permutations are exact floats.
+//
+// Route: scores = softmax (or sigmoid) of logits[T, E] in fp32; each token
+// picks the top_k experts by score + expert_bias (ties: the lower expert id),
+// in descending order; out_scores[T, k] are the picked (unbiased) scores,
+// out_indices[T, k] the expert ids. When counts is not null, counts[e] += the
+// number of picks of expert e.
+void moe_route_forward(const float* logits, const float* expert_bias, int64_t tokens,
+                       int64_t experts, int64_t top_k, bool sigmoid, float* out_scores,
+                       float* out_indices, float* counts);
+// dlogits[T, E] += d(out_scores)/d(logits)^T dscores (scores recomputed from logits).
+void moe_route_backward(const float* dscores, const float* logits, const float* indices,
+                        int64_t tokens, int64_t experts, int64_t top_k, bool sigmoid,
+                        float* dlogits);
+// Dispatch: rows[T*k, D] grouped by expert (stable: by expert, then token,
+// then slot), row = x[t] * scores[t, slot]; offsets[E+1] the first row of
+// each expert; perm[r] = t * k + slot of sorted row r.
+void moe_dispatch_forward(const float* x, const float* scores, const float* indices,
+                          int64_t tokens, int64_t dim, int64_t top_k, int64_t experts,
+                          float* rows, float* offsets, float* perm);
+void moe_dispatch_backward(const float* drows, const float* x, const float* scores,
+                           const float* perm, int64_t tokens, int64_t dim, int64_t top_k,
+                           float* dx, float* dscores);
+// Grouped linear: for each expert e, out[seg e] = rows[seg e] @ w[e] with
+// w[E, K, N] and seg e = [offsets[e], offsets[e+1]); one GEMM per segment.
+void grouped_linear_forward(const float* rows, const float* offsets, const float* w,
+                            int64_t experts, int64_t m, int64_t k, int64_t n, float* out);
+void grouped_linear_backward(const float* dout, const float* rows, const float* offsets,
+                             const float* w, int64_t experts, int64_t m, int64_t k, int64_t n,
+                             float* drows, float* dw);
+// Combine: y[t] = sum over slots (in slot order) of rows[r] with perm[r] = t*k+slot.
+void moe_combine_forward(const float* rows, const float* perm, int64_t tokens, int64_t dim,
+                         int64_t top_k, float* y);
+void moe_combine_backward(const float* dy, const float* perm, int64_t tokens, int64_t dim,
+                          int64_t top_k, float* drows);
+
 // --- RoPE, torchtitan's pair layout: for position p (= index within seq) and
 // pair i of a head, (x[2i], x[2i+1]) is rotated by angle p * theta^(-2i/head_dim).
 // Angles are computed in double precision, then cos/sin rounded to float.

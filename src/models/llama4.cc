@@ -1,0 +1,194 @@
+#include "models/llama4.h"
+
+#include <cmath>
+#include <map>
+#include <sstream>
+
+#include "core/error.h"
+#include "graph/builder.h"
+
+namespace remat {
+
+int64_t Llama4Args::moe_hidden_dim() const {
+  int64_t hidden = 2 * (4 * base.dim) / 3;
+  if (base.ffn_dim_multiplier) hidden = static_cast<int64_t>(*base.ffn_dim_multiplier * hidden);
+  if (auto_scale_hidden_dim) hidden /= top_k + (use_shared_expert ? 1 : 0);
+  const int64_t m = base.multiple_of;
+  return m * ((hidden + m - 1) / m);
+}
+
+int64_t Llama4Args::n_moe_layers() const {
+  int64_t n = 0;
+  for (int64_t i = 0; i < base.n_layers; ++i) n += is_moe_layer(i);
+  return n;
+}
+
+int64_t Llama4Args::routed_expert_params() const {
+  return n_moe_layers() * num_experts * 3 * base.dim * moe_hidden_dim();
+}
+
+namespace {
+
+Llama4Args flavor(TransformerArgs base, int64_t experts, int64_t top_k, int64_t interleave) {
+  Llama4Args a;
+  a.base = base;
+  a.num_experts = experts;
+  a.top_k = top_k;
+  a.interleave_moe_layer_step = interleave;
+  return a;
+}
+
+const std::map<std::string, Llama4Args>& llama4_flavors() {
+  static const std::map<std::string, Llama4Args> flavors = [] {
+    std::map<std::string, Llama4Args> f;
+    f["debugmodel"] = flavor({256, 6, 16, 16, 2048, std::nullopt, 256}, 8, 1, 2);
+    f["17bx16e"] = flavor({5120, 48, 40, 8, 202048, 1.2, 2048}, 16, 1, 1);
+    f["17bx128e"] = flavor({5120, 48, 40, 8, 202048, 1.2, 2048}, 128, 1, 2);
+    return f;
+  }();
+  return flavors;
+}
+
+void require(bool ok, const std::string& message) {
+  if (!ok) throw InputError("config error: " + message);
+}
+
+}  // namespace
+
+Llama4Args resolve_llama4_args(const JobConfig::Model& model) {
+  auto it = llama4_flavors().find(model.flavor);
+  if (it == llama4_flavors().end()) {
+    std::string known;
+    for (const auto& [name, a] : llama4_flavors()) known += (known.empty() ? "" : ", ") + name;
+    require(false, "model.flavor = \"" + model.flavor +
+                       "\" is not a llama4 flavor (expected one of: " + known + ")");
+  }
+  Llama4Args args = it->second;
+  // The dense part resolves as Llama 3's does (same overrides and checks).
+  JobConfig::Model dense = model;
+  dense.flavor = "debugmodel";  // any llama3 flavor: every field is overridden below
+  dense.dim = model.dim > 0 ? model.dim : args.base.dim;
+  dense.n_layers = model.n_layers > 0 ? model.n_layers : args.base.n_layers;
+  dense.n_heads = model.n_heads > 0 ? model.n_heads : args.base.n_heads;
+  dense.n_kv_heads = model.n_kv_heads > 0 ? model.n_kv_heads : args.base.n_kv_heads;
+  dense.vocab_size = model.vocab_size > 0 ? model.vocab_size : args.base.vocab_size;
+  dense.multiple_of = model.multiple_of > 0 ? model.multiple_of : args.base.multiple_of;
+  const auto multiplier = model.ffn_dim_multiplier > 0
+                              ? std::optional<double>(model.ffn_dim_multiplier)
+                              : args.base.ffn_dim_multiplier;
+  dense.ffn_dim_multiplier = 0;
+  args.base = resolve_llama3_args(dense);
+  args.base.ffn_dim_multiplier = multiplier;
+
+  require(model.num_experts >= 0 && model.top_k >= 0 && model.interleave_moe_layer_step >= 0,
+          "model.num_experts, model.top_k and model.interleave_moe_layer_step must be "
+          "positive, or 0 for the flavor's value");
+  if (model.num_experts > 0) args.num_experts = model.num_experts;
+  if (model.top_k > 0) args.top_k = model.top_k;
+  if (model.interleave_moe_layer_step > 0) {
+    args.interleave_moe_layer_step = model.interleave_moe_layer_step;
+  }
+  if (!model.score_func.empty()) args.sigmoid = model.score_func == "sigmoid";
+  require(args.top_k <= args.num_experts,
+          "model.top_k = " + std::to_string(args.top_k) + " exceeds model.num_experts = " +
+              std::to_string(args.num_experts) + " (expected 1 <= top_k <= num_experts)");
+  return args;
+}
+
+Program build_llama4_program(const Llama4Args& args, int64_t batch, int64_t seq) {
+  const TransformerArgs& t = args.base;
+  ProgramBuilder b(batch, seq);
+  const int64_t dim = t.dim, hd = t.head_dim(), hidden = t.ffn_hidden_dim();
+  const int64_t moe_hidden = args.moe_hidden_dim(), experts = args.num_experts;
+  const ParamInit ones{ParamInit::Kind::kOnes};
+  const ParamInit in_proj{ParamInit::Kind::kTruncatedNormal, 0.02, -2, 2};
+
+  ParamId emb = b.param("tok_embeddings.weight", {t.vocab_size, dim},
+                        {ParamInit::Kind::kNormal, 1.0});
+  ValueId x = b.embedding("tok_embeddings", emb);
+  for (int32_t layer = 0; layer < t.n_layers; ++layer) {
+    const std::string p = "layers." + std::to_string(layer) + ".";
+    const ParamInit out_proj{ParamInit::Kind::kTruncatedNormal,
+                             0.02 / std::sqrt(2.0 * (layer + 1)), -2, 2};
+    ParamId attn_norm = b.param(p + "attention_norm.weight", {dim}, ones);
+    ParamId wq = b.param(p + "attention.wq.weight", {t.n_heads * hd, dim}, in_proj);
+    ParamId wk = b.param(p + "attention.wk.weight", {t.n_kv_heads * hd, dim}, in_proj);
+    ParamId wv = b.param(p + "attention.wv.weight", {t.n_kv_heads * hd, dim}, in_proj);
+    ParamId wo = b.param(p + "attention.wo.weight", {dim, t.n_heads * hd}, out_proj);
+    ParamId ffn_norm = b.param(p + "ffn_norm.weight", {dim}, ones);
+
+    b.set_block(layer);
+    ValueId n1 = b.rmsnorm(p + "attention_norm", x, attn_norm, t.norm_eps);
+    ValueId q = b.linear(p + "attention.wq", n1, wq);
+    ValueId k = b.linear(p + "attention.wk", n1, wk);
+    ValueId v = b.linear(p + "attention.wv", n1, wv);
+    q = b.rope(p + "attention.rope_q", q, t.n_heads, hd, t.rope_theta);
+    k = b.rope(p + "attention.rope_k", k, t.n_kv_heads, hd, t.rope_theta);
+    ValueId a = b.attention(p + "attention.sdpa", q, k, v, t.n_heads, t.n_kv_heads, hd);
+    ValueId o = b.linear(p + "attention.wo", a, wo);
+    ValueId h = b.add(p + "attention_residual", x, o);
+    ValueId n2 = b.rmsnorm(p + "ffn_norm", h, ffn_norm, t.norm_eps);
+    ValueId f;
+    if (args.is_moe_layer(layer)) {
+      // torchtitan's init: router and w2/w3 depth-scaled, w1 0.02.
+      const std::string m = p + "moe.";
+      ParamId gate = b.param(m + "router.gate.weight", {experts, dim}, out_proj);
+      ParamId bias = b.buffer(m + "expert_bias", {experts});
+      ParamId counts = b.buffer(m + "tokens_per_expert", {experts});
+      ParamId w1 = b.param(m + "experts.w1", {experts, dim, moe_hidden}, in_proj);
+      ParamId w2 = b.param(m + "experts.w2", {experts, moe_hidden, dim}, out_proj);
+      ParamId w3 = b.param(m + "experts.w3", {experts, dim, moe_hidden}, out_proj);
+      ValueId logits = b.linear(m + "router.gate", n2, gate);
+      auto [scores, indices] = b.moe_route(m + "router", logits, bias, counts, args.top_k,
+                                           args.sigmoid);
+      MoeDispatched d = b.moe_dispatch(m + "dispatch", n2, scores, indices, experts);
+      ValueId g = b.grouped_linear(m + "experts.w1", d.rows, d.offsets, w1);
+      ValueId u = b.grouped_linear(m + "experts.w3", d.rows, d.offsets, w3);
+      ValueId s = b.silu_mul(m + "experts.silu_mul", g, u);
+      ValueId r = b.grouped_linear(m + "experts.w2", s, d.offsets, w2);
+      f = b.moe_combine(m + "combine", r, d.perm, args.top_k);
+      if (args.use_shared_expert) {
+        // torchtitan's shared expert: grouped experts with one expert.
+        ParamId sw1 = b.param(m + "shared_expert.w1", {1, dim, moe_hidden}, in_proj);
+        ParamId sw2 = b.param(m + "shared_expert.w2", {1, moe_hidden, dim}, out_proj);
+        ParamId sw3 = b.param(m + "shared_expert.w3", {1, dim, moe_hidden}, out_proj);
+        ValueId sg = b.linear_in_out(m + "shared_expert.w1", n2, sw1);
+        ValueId su = b.linear_in_out(m + "shared_expert.w3", n2, sw3);
+        ValueId ss = b.silu_mul(m + "shared_expert.silu_mul", sg, su);
+        ValueId sh = b.linear_in_out(m + "shared_expert.w2", ss, sw2);
+        f = b.add(m + "shared_add", f, sh);
+      }
+    } else {
+      ParamId w1 = b.param(p + "feed_forward.w1.weight", {hidden, dim}, in_proj);
+      ParamId w2 = b.param(p + "feed_forward.w2.weight", {dim, hidden}, out_proj);
+      ParamId w3 = b.param(p + "feed_forward.w3.weight", {hidden, dim}, out_proj);
+      ValueId g = b.linear(p + "feed_forward.w1", n2, w1);
+      ValueId u = b.linear(p + "feed_forward.w3", n2, w3);
+      ValueId s = b.silu_mul(p + "feed_forward.silu_mul", g, u);
+      f = b.linear(p + "feed_forward.w2", s, w2);
+    }
+    x = b.add(p + "ffn_residual", h, f);
+  }
+  b.set_block(-1);
+  ParamId norm = b.param("norm.weight", {dim}, ones);
+  const double out_std = 1.0 / std::sqrt(static_cast<double>(dim));
+  ParamId out = b.param("output.weight", {t.vocab_size, dim},
+                        {ParamInit::Kind::kTruncatedNormal, out_std, -3 * out_std, 3 * out_std});
+  ValueId xn = b.rmsnorm("norm", x, norm, t.norm_eps);
+  ValueId logits = b.linear("output", xn, out);
+  b.cross_entropy("loss", logits);
+  return b.finish();
+}
+
+std::string llama4_args_json(const Llama4Args& args) {
+  std::string dense = transformer_args_json(args.base);
+  dense.pop_back();  // the closing brace
+  std::ostringstream s;
+  s << dense << ", \"num_experts\": " << args.num_experts << ", \"top_k\": " << args.top_k
+    << ", \"interleave_moe_layer_step\": " << args.interleave_moe_layer_step
+    << ", \"score_func\": \"" << (args.sigmoid ? "sigmoid" : "softmax") << "\""
+    << ", \"moe_hidden_dim\": " << args.moe_hidden_dim() << "}";
+  return s.str();
+}
+
+}  // namespace remat

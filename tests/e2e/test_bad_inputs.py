@@ -1,0 +1,325 @@
+"""Bad input exits with status 2, says what was wrong and touches no files (spec §1, §5, §6).
+
+Every case runs remat in a fresh temporary directory (its working directory,
+with the config copied there, --job.dump_folder and --metrics.jsonl_path inside
+it) that already holds a checkpoint and a metrics file from an "earlier run".
+Each case must:
+  - exit with status exactly 2;
+  - print to stderr a message naming the offending key or file and what was
+    expected (checked as specific substrings);
+  - print no traceback, "internal error" or abort;
+  - create, modify or delete no file: the tree (names, sizes, mtimes) is the
+    same afterwards and the pre-existing checkpoint and metrics file are
+    byte-identical.
+
+Usage: test_bad_inputs.py <path-to-remat>
+"""
+import os
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REMAT = os.path.abspath(sys.argv[1])
+REPO = Path(__file__).resolve().parents[2]
+BASE_CONFIG = REPO / "configs" / "llama3_debug.toml"
+SHORT = ["--training.steps", "1", "--training.seq_len", "32", "--training.local_batch_size", "2"]
+TIMEOUT_S = 60
+FORBIDDEN = ["Traceback", "internal error", "terminate called", "Aborted", "Segmentation fault",
+             "AddressSanitizer", "core dumped"]
+
+# Contents of the files an earlier run left behind; they must survive every case.
+OLD_CHECKPOINT = b"earlier checkpoint: must not be overwritten\n" * 16
+OLD_METRICS = b'{"step": 1, "loss": 7.5}\n{"step": 2, "loss": 7.25}\n'
+
+
+# ---- input files -------------------------------------------------------------
+
+def npy_bytes(tokens, dtype="<u2", shape=None):
+    """A NumPy v1.0 .npy file of a 1-D array, written by hand (no numpy needed)."""
+    shape = len(tokens) if shape is None else shape
+    header = "{'descr': '%s', 'fortran_order': False, 'shape': (%d,), }" % (dtype, shape)
+    pad = 64 - (10 + len(header) + 1) % 64
+    header = header + " " * pad + "\n"
+    fmt = {"<u2": "H", "<u4": "I", "<i4": "i", "<i8": "q"}[dtype]
+    data = struct.pack("<%d%s" % (len(tokens), fmt), *tokens)
+    return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode() + data
+
+
+GOOD_TOKENS = [(i * 37) % 2048 for i in range(1000)]
+
+
+def write(path, data):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(data, str):
+        data = data.encode()
+    path.write_bytes(data)
+
+
+def config_text():
+    return BASE_CONFIG.read_text()
+
+
+def config_with(extra_in_training="", appended=""):
+    text = config_text()
+    if extra_in_training:
+        text = text.replace("[training]\n", "[training]\n" + extra_in_training + "\n", 1)
+    return text + appended
+
+
+# ---- one case ----------------------------------------------------------------
+
+class Case:
+    def __init__(self, name, args, expect, *, command="train", config=None, files=None,
+                 with_config_flag=True, regexes=()):
+        self.name = name
+        self.args = args              # extra arguments, after the defaults
+        self.expect = expect          # substrings stderr must contain
+        self.regexes = regexes        # regular expressions stderr must match
+        self.command = command
+        self.config = config          # TOML text for config.toml (None: the base config)
+        self.files = files or {}      # relative path -> bytes/str, or None for a directory
+        self.with_config_flag = with_config_flag
+
+
+def snapshot(root):
+    tree = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            p = os.path.join(dirpath, name)
+            st = os.lstat(p)
+            tree[os.path.relpath(p, root)] = (st.st_mode, st.st_size, st.st_mtime_ns)
+    return tree
+
+
+def run_case(case, seed_checkpoint):
+    with tempfile.TemporaryDirectory(prefix="remat-bad-") as tmp:
+        tmp = Path(tmp)
+        write(tmp / "config.toml", case.config if case.config is not None else config_text())
+        for rel, data in case.files.items():
+            if data is None:
+                (tmp / rel).mkdir(parents=True, exist_ok=True)
+            elif data == "SEED":
+                write(tmp / rel, seed_checkpoint)
+            else:
+                write(tmp / rel, data)
+        dump = tmp / "outputs"
+        old_checkpoint = dump / "checkpoint" / "step-1.safetensors"
+        old_seed = dump / "checkpoint" / "step-0.safetensors"
+        old_metrics = tmp / "metrics.jsonl"
+        write(old_checkpoint, OLD_CHECKPOINT)
+        write(old_seed, OLD_CHECKPOINT)
+        write(old_metrics, OLD_METRICS)
+        before = snapshot(tmp)
+
+        argv = [REMAT] + ([case.command] if case.command is not None else [])
+        if case.with_config_flag:
+            argv += ["--config", "config.toml"]
+        argv += ["--job.dump_folder", str(dump), "--metrics.jsonl_path", str(old_metrics)]
+        argv += SHORT + case.args
+        try:
+            proc = subprocess.run(argv, cwd=tmp, capture_output=True, text=True,
+                                  timeout=TIMEOUT_S, errors="replace")
+            rc, out, err = proc.returncode, proc.stdout, proc.stderr
+        except subprocess.TimeoutExpired as e:
+            rc, out, err = "timeout", str(e.stdout or ""), str(e.stderr or "")
+
+        problems = []
+        if rc != 2:
+            problems.append(f"exit status {rc}, expected 2")
+        for s in case.expect:
+            if s not in err:
+                problems.append(f"stderr lacks {s!r}")
+        for r in case.regexes:
+            if not re.search(r, err):
+                problems.append(f"stderr does not match /{r}/")
+        for s in FORBIDDEN:
+            if s in out or s in err:
+                problems.append(f"output contains {s!r}")
+        after = snapshot(tmp)
+        created = sorted(set(after) - set(before))
+        deleted = sorted(set(before) - set(after))
+        changed = sorted(k for k in set(before) & set(after)
+                         if before[k] != after[k] and not os.path.isdir(tmp / k))
+        if created:
+            problems.append(f"created {created}")
+        if deleted:
+            problems.append(f"deleted {deleted}")
+        if changed:
+            problems.append(f"changed {changed}")
+        for path, data in ((old_checkpoint, OLD_CHECKPOINT), (old_seed, OLD_CHECKPOINT),
+                           (old_metrics, OLD_METRICS)):
+            if not path.is_file() or path.read_bytes() != data:
+                problems.append(f"{path.relative_to(tmp)} lost its contents")
+        message = " | ".join(line for line in err.strip().splitlines()[:3]) or "(no stderr)"
+        if problems and out.strip():
+            message += " || stdout: " + " | ".join(out.strip().splitlines()[-3:])
+        return problems, message
+
+
+# ---- the cases -----------------------------------------------------------------
+
+def make_seed_checkpoint():
+    """A seed checkpoint of the debug model at dim 128 (the eval cases use dim 256)."""
+    with tempfile.TemporaryDirectory(prefix="remat-seed-") as tmp:
+        shutil.copy(BASE_CONFIG, Path(tmp) / "config.toml")
+        subprocess.run([REMAT, "train", "--config", "config.toml", "--job.dump_folder", "out",
+                        *SHORT, "--checkpoint.create_seed_checkpoint", "true",
+                        "--model.dim", "128"],
+                       cwd=tmp, capture_output=True, text=True, check=True, timeout=TIMEOUT_S)
+        found = list(Path(tmp, "out").rglob("*.safetensors"))
+        assert len(found) == 1, f"expected one seed checkpoint, found {found}"
+        return found[0].read_bytes()
+
+
+def cases():
+    good_npy = npy_bytes(GOOD_TOKENS)
+    truncated_npy = npy_bytes(GOOD_TOKENS, shape=2000)  # header says 2000 tokens, 1000 follow
+    big_tokens = list(GOOD_TOKENS)
+    big_tokens[500] = 4000
+    AC = "--activation_checkpoint."
+    return [
+        # -- config keys and overrides
+        Case("unknown section in TOML", [], ["bogus", "unknown section", "known sections"],
+             config=config_with(appended="\n[bogus]\nx = 1\n")),
+        Case("unknown key in TOML", [], ["training.stepz", "unknown key", "known keys",
+                                         "config.toml"],
+             config=config_with(extra_in_training="stepz = 3")),
+        Case("unknown override key", ["--training.stepz", "3"],
+             ["training.stepz", "unknown key", "known keys"]),
+        Case("unknown override section", ["--trainin.steps", "3"],
+             ["trainin", "unknown section", "known sections"]),
+        Case("override without section", ["--steps", "3"],
+             ["--steps", "expected --section.key"]),
+        Case("override without dashes", ["training.steps=3"],
+             ["training.steps=3", "expected --section.key"]),
+        Case("override with two dots", ["--training.steps.x", "3"],
+             ["--training.steps.x", "expected --section.key"]),
+        # -- wrong types
+        Case("steps = \"ten\" in TOML", [], ["training.steps", '"ten"', "expected an integer"],
+             config=config_text().replace("steps = 100", 'steps = "ten"')),
+        Case("--training.steps abc", ["--training.steps", "abc"],
+             ["training.steps", '"abc"', "expected an integer"]),
+        Case("--activation_checkpoint.log_mm_flops maybe", [AC + "log_mm_flops", "maybe"],
+             ["activation_checkpoint.log_mm_flops", '"maybe"', "expected true or false"]),
+        # -- out of range
+        Case("steps -1", ["--training.steps", "-1"],
+             ["training.steps", "-1", "expected an integer >= 0"]),
+        Case("seq_len 0", ["--training.seq_len", "0"],
+             ["training.seq_len", "= 0", "expected an integer > 0"]),
+        Case("seq_len -8", ["--training.seq_len", "-8"],
+             ["training.seq_len", "-8", "expected an integer > 0"]),
+        Case("local_batch_size 0", ["--training.local_batch_size", "0"],
+             ["training.local_batch_size", "= 0", "expected an integer > 0"]),
+        Case("local_batch_size -2", ["--training.local_batch_size", "-2"],
+             ["training.local_batch_size", "-2", "expected an integer > 0"]),
+        Case("dim 250 with 16 heads", ["--model.dim", "250", "--model.n_heads", "16"],
+             ["dim", "n_heads", "250", "16", "divisible"]),
+        Case("16 heads, 5 kv heads", ["--model.n_heads", "16", "--model.n_kv_heads", "5"],
+             ["n_kv_heads", "n_heads", "5", "16", "divisible"]),
+        # -- data files
+        Case("dataset_path missing", ["--training.dataset_path", "missing.npy"],
+             ["missing.npy", "no such file"]),
+        Case("dataset_path garbage .npy", ["--training.dataset_path", "garbage.npy"],
+             ["garbage.npy", "not a NumPy .npy file", "expected"],
+             files={"garbage.npy": os.urandom(256).replace(b"\x93", b"\x00")}),
+        Case("dataset_path truncated .npy", ["--training.dataset_path", "short.npy"],
+             ["short.npy", "truncated", "2000"], files={"short.npy": truncated_npy}),
+        Case("dataset_path token >= vocab", ["--training.dataset_path", "big.npy"],
+             ["big.npy", "4000", "index 500", "expected", "2048"], files={"big.npy": npy_bytes(big_tokens)}),
+        Case("dataset_path is a directory", ["--training.dataset_path", "data_dir"],
+             ["data_dir", "is a directory", "expected"], files={"data_dir": None}),
+        Case("--config is a directory", ["--config", "cfg_dir"],
+             ["cfg_dir", "is a directory", "expected a TOML file"],
+             with_config_flag=False, files={"cfg_dir": None}),
+        Case("--config missing file", ["--config", "nope.toml"], ["nope.toml", "no such file"],
+             with_config_flag=False),
+        # -- eval
+        Case("eval: checkpoint.load missing file",
+             ["--checkpoint.load", "nope.safetensors", "--validation.dataset", "val.npy"],
+             ["nope.safetensors", "no such file", "expected a .safetensors file"],
+             command="eval", files={"val.npy": good_npy}),
+        Case("eval: truncated safetensors",
+             ["--checkpoint.load", "cut.safetensors", "--validation.dataset", "val.npy"],
+             ["cut.safetensors"], regexes=[r"expected|outside the file|larger than"],
+             command="eval", files={"val.npy": good_npy, "cut.safetensors": "SEED-CUT"}),
+        Case("eval: checkpoint of another model size",
+             ["--checkpoint.load", "small.safetensors", "--validation.dataset", "val.npy"],
+             ["small.safetensors", "tok_embeddings.weight"],
+             regexes=[r"2048\D{1,3}128\b", r"2048\D{1,3}256\b"],
+             command="eval", files={"val.npy": good_npy, "small.safetensors": "SEED"}),
+        Case("eval: no --validation.dataset",
+             ["--checkpoint.load", "small.safetensors"], ["validation.dataset"],
+             regexes=[r"pass|expected|needs"], command="eval",
+             files={"small.safetensors": "SEED"}),
+        Case("eval: validation.dataset missing file",
+             ["--checkpoint.load", "small.safetensors", "--validation.dataset", "nope.npy"],
+             ["nope.npy", "no such file"], command="eval",
+             files={"small.safetensors": "SEED"}),
+        Case("eval: no --checkpoint.load", ["--validation.dataset", "val.npy"],
+             ["checkpoint.load"], regexes=[r"pass|expected|needs"], command="eval",
+             files={"val.npy": good_npy}),
+        # -- command line
+        Case("unknown command trian", [], ["trian", "unknown command", "train"], command="trian"),
+        Case("missing --config", [], ["--config", "missing"], with_config_flag=False),
+        Case("no command at all", [], ["command", "expected train", "usage"], command=None,
+             with_config_flag=False),
+        # -- enumerations
+        Case("activation_checkpoint.mode sometimes", [AC + "mode", "sometimes"],
+             ["activation_checkpoint.mode", '"sometimes"', "expected", '"selective"']),
+        Case("selective_ac_option abc", [AC + "selective_ac_option", "abc"],
+             ["activation_checkpoint.selective_ac_option", '"abc"', "expected", '"op"']),
+        Case("lr_scheduler.decay_type exp", ["--lr_scheduler.decay_type", "exp"],
+             ["lr_scheduler.decay_type", '"exp"', "expected", '"cosine"']),
+    ]
+
+
+def main():
+    seed = make_seed_checkpoint()
+    failures = 0
+    for case in cases():
+        # A truncated copy of the seed checkpoint: the header and a little of the data.
+        for rel, data in list(case.files.items()):
+            if data == "SEED-CUT":
+                case.files[rel] = seed[: len(seed) // 3]
+        if case.command is None:
+            # No command: remat with nothing but the file-location flags would see
+            # "--job.dump_folder" as the command; run it bare instead.
+            problems, message = run_bare(case)
+        else:
+            problems, message = run_case(case, seed)
+        status = "ok  " if not problems else "FAIL"
+        failures += bool(problems)
+        detail = f" [{'; '.join(problems)}]" if problems else ""
+        print(f"{status} {case.name}: {message}{detail}", flush=True)
+    print(f"{failures} failing case(s)" if failures else "all cases ok")
+    return 1 if failures else 0
+
+
+def run_bare(case):
+    """`remat` with no arguments at all, in a temp dir holding earlier output."""
+    with tempfile.TemporaryDirectory(prefix="remat-bad-") as tmp:
+        tmp = Path(tmp)
+        write(tmp / "outputs" / "checkpoint" / "step-1.safetensors", OLD_CHECKPOINT)
+        before = snapshot(tmp)
+        proc = subprocess.run([REMAT], cwd=tmp, capture_output=True, text=True,
+                              timeout=TIMEOUT_S, errors="replace")
+        problems = []
+        if proc.returncode != 2:
+            problems.append(f"exit status {proc.returncode}, expected 2")
+        for s in case.expect:
+            if s not in proc.stderr:
+                problems.append(f"stderr lacks {s!r}")
+        for s in FORBIDDEN:
+            if s in proc.stdout or s in proc.stderr:
+                problems.append(f"output contains {s!r}")
+        if snapshot(tmp) != before:
+            problems.append("files changed")
+        return problems, " | ".join(proc.stderr.strip().splitlines()[:1]) or "(no stderr)"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
