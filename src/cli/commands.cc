@@ -71,7 +71,8 @@ Arguments parse_arguments(int argc, char** argv, const std::vector<std::string>&
 }
 
 int dispatch(int argc, char** argv) {
-  const std::string command = argc >= 2 ? argv[1] : "";
+  if (argc < 2) throw InputError(std::string("missing command (expected train, eval, plan or grads)\n") + kUsage);
+  const std::string command = argv[1];
   if (command == "-h" || command == "--help" || command == "help") {
     std::fputs(kUsage, stdout);
     return 0;

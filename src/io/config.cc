@@ -518,7 +518,7 @@ JobConfig load_job_config(const std::string& path, const std::vector<std::string
   std::error_code ec;
   const fs::file_status status = fs::status(path, ec);
   const std::string prefix = "config error: cannot read config file '" + path + "': ";
-  if (!fs::exists(status)) throw InputError(prefix + "no such file");
+  if (!fs::exists(status)) throw InputError(prefix + "no such file (expected a TOML job config, e.g. configs/llama3_debug.toml)");
   if (fs::is_directory(status)) throw InputError(prefix + "is a directory, expected a TOML file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(prefix + std::strerror(errno));

@@ -82,7 +82,16 @@ int run_train(const JobConfig& config) {
 
   // Everything the user gave is checked before anything is allocated or written.
   TokenDataset data;
-  if (!seed_only) data = load_training_tokens(config, model.summary.vocab_size);
+  if (!seed_only) {
+    try {
+      data = load_training_tokens(config, model.summary.vocab_size);
+    } catch (const InputError& e) {
+      const std::string key = t.dataset_path.empty() ? "training.dataset" : "training.dataset_path";
+      throw InputError(key + ": " + e.what() +
+                       " (expected a readable .txt, .jsonl or .npy token file, or the built-in "
+                       "dataset \"fortunes\")");
+    }
+  }
   if (!config.checkpoint.load.empty()) SafetensorsReader::open(config.checkpoint.load);
   if (!seed_only) check_run_fits(config);
   const int threads = configure_threads(config);
