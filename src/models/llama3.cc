@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "graph/builder.h"
+#include "models/transformer_parts.h"
 
 namespace remat {
 
@@ -74,52 +75,13 @@ TransformerArgs resolve_llama3_args(const JobConfig::Model& model) {
 
 Program build_llama3_program(const TransformerArgs& args, int64_t batch, int64_t seq) {
   ProgramBuilder b(batch, seq);
-  const int64_t dim = args.dim, hd = args.head_dim(), hidden = args.ffn_hidden_dim();
-  const ParamInit ones{ParamInit::Kind::kOnes};
-  const ParamInit in_proj{ParamInit::Kind::kTruncatedNormal, 0.02, -2, 2};
-
-  ParamId emb = b.param("tok_embeddings.weight", {args.vocab_size, dim},
-                        {ParamInit::Kind::kNormal, 1.0});
-  ValueId x = b.embedding("tok_embeddings", emb);
+  ValueId x = add_token_embedding(b, args);
   for (int32_t layer = 0; layer < args.n_layers; ++layer) {
-    const std::string p = "layers." + std::to_string(layer) + ".";
-    const ParamInit out_proj{ParamInit::Kind::kTruncatedNormal,
-                             0.02 / std::sqrt(2.0 * (layer + 1)), -2, 2};
-    ParamId attn_norm = b.param(p + "attention_norm.weight", {dim}, ones);
-    ParamId wq = b.param(p + "attention.wq.weight", {args.n_heads * hd, dim}, in_proj);
-    ParamId wk = b.param(p + "attention.wk.weight", {args.n_kv_heads * hd, dim}, in_proj);
-    ParamId wv = b.param(p + "attention.wv.weight", {args.n_kv_heads * hd, dim}, in_proj);
-    ParamId wo = b.param(p + "attention.wo.weight", {dim, args.n_heads * hd}, out_proj);
-    ParamId ffn_norm = b.param(p + "ffn_norm.weight", {dim}, ones);
-    ParamId w1 = b.param(p + "feed_forward.w1.weight", {hidden, dim}, in_proj);
-    ParamId w2 = b.param(p + "feed_forward.w2.weight", {dim, hidden}, out_proj);
-    ParamId w3 = b.param(p + "feed_forward.w3.weight", {hidden, dim}, out_proj);
-
-    b.set_block(layer);
-    ValueId n1 = b.rmsnorm(p + "attention_norm", x, attn_norm, args.norm_eps);
-    ValueId q = b.linear(p + "attention.wq", n1, wq);
-    ValueId k = b.linear(p + "attention.wk", n1, wk);
-    ValueId v = b.linear(p + "attention.wv", n1, wv);
-    q = b.rope(p + "attention.rope_q", q, args.n_heads, hd, args.rope_theta);
-    k = b.rope(p + "attention.rope_k", k, args.n_kv_heads, hd, args.rope_theta);
-    ValueId a = b.attention(p + "attention.sdpa", q, k, v, args.n_heads, args.n_kv_heads, hd);
-    ValueId o = b.linear(p + "attention.wo", a, wo);
-    ValueId h = b.add(p + "attention_residual", x, o);
-    ValueId n2 = b.rmsnorm(p + "ffn_norm", h, ffn_norm, args.norm_eps);
-    ValueId g = b.linear(p + "feed_forward.w1", n2, w1);
-    ValueId u = b.linear(p + "feed_forward.w3", n2, w3);
-    ValueId s = b.silu_mul(p + "feed_forward.silu_mul", g, u);
-    ValueId f = b.linear(p + "feed_forward.w2", s, w2);
-    x = b.add(p + "ffn_residual", h, f);
+    const AttentionHalf half = add_attention_half(b, args, layer, x);
+    ValueId f = add_dense_ffn(b, args, layer, half.ffn_input);
+    x = b.add("layers." + std::to_string(layer) + ".ffn_residual", half.h, f);
   }
-  b.set_block(-1);
-  ParamId norm = b.param("norm.weight", {dim}, ones);
-  const double out_std = 1.0 / std::sqrt(static_cast<double>(dim));
-  ParamId out = b.param("output.weight", {args.vocab_size, dim},
-                        {ParamInit::Kind::kTruncatedNormal, out_std, -3 * out_std, 3 * out_std});
-  ValueId xn = b.rmsnorm("norm", x, norm, args.norm_eps);
-  ValueId logits = b.linear("output", xn, out);
-  b.cross_entropy("loss", logits);
+  add_output_and_loss(b, args, x);
   return b.finish();
 }
 
