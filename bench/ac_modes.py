@@ -12,13 +12,14 @@ Usage: /usr/bin/python3 bench/ac_modes.py [--remat build/remat] [--steps 5] [--w
 import argparse
 import json
 import os
-import re
 import statistics
 import subprocess
 import tempfile
 import time
 
-BEGIN, END = "<!-- ac_modes:begin -->", "<!-- ac_modes:end -->"
+from benchmarks_file import markers, replace_section
+
+BEGIN, END = markers("ac_modes")
 AC = "--activation_checkpoint."
 OP = [AC + "mode", "selective", AC + "selective_ac_option", "op"]
 MODES = [
@@ -91,14 +92,6 @@ def main():
     text = "\n".join(out)
     print(text)
     if args.write:
-        path = "BENCHMARKS.md"
-        old = open(path).read() if os.path.exists(path) else "# Benchmarks\n"
-        if BEGIN in old:
-            new = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: text, old, flags=re.S)
-        else:
-            new = old.rstrip() + "\n\n" + text + "\n"
-        open(path + ".tmp", "w").write(new)
-        os.replace(path + ".tmp", path)
-
+        replace_section("ac_modes", text)
 
 main()

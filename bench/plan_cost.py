@@ -11,13 +11,14 @@ import argparse
 import glob
 import os
 import platform
-import re
 import resource
 import statistics
 import subprocess
 import time
 
-BEGIN, END = "<!-- plan_cost:begin -->", "<!-- plan_cost:end -->"
+from benchmarks_file import markers, replace_section
+
+BEGIN, END = markers("plan_cost")
 
 
 def measure(remat, config):
@@ -56,15 +57,6 @@ def main():
     table = "\n".join(lines)
     print(table)
     if args.write:
-        path = "BENCHMARKS.md"
-        text = open(path).read() if os.path.exists(path) else "# Benchmarks\n"
-        if BEGIN in text:
-            text = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: table, text,
-                          flags=re.S)
-        else:
-            text = text.rstrip() + "\n\n" + table + "\n"
-        open(path + ".tmp", "w").write(text)
-        os.replace(path + ".tmp", path)
-
+        replace_section("plan_cost", table)
 
 main()
