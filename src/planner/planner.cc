@@ -1,5 +1,8 @@
 #include "planner/planner.h"
 
+#include <algorithm>
+#include <functional>
+#include <stdexcept>
 #include <map>
 
 #include "runtime/executor.h"
@@ -55,10 +58,22 @@ struct UnitBooker {
 
 }  // namespace
 
-Prediction predict(const Program& program, const Plan& plan, const PlannerOptions& options) {
+namespace {
+
+// What a replay reports as it goes: `close` when a step has ended (before the
+// next step's FSDP booking), `open` when a step begins (after it).
+struct ReplayWatch {
+  std::function<void(Allocator&)> close;
+  std::function<void(Allocator&)> open;
+};
+
+// Replays the plan's schedule on a counting-only allocator and fills the
+// parts of a prediction a replay measures.
+Prediction replay(const Program& program, const Plan& plan, const PlannerOptions& options,
+                  const ReplayWatch* watch) {
   Allocator allocator(/*counting_only=*/true);
   const double shard = 1.0 / static_cast<double>(options.shard_degree);
-  const double act = options.bf16_compute ? 0.5 : 1.0;
+  const double act = activation_scale(options);
   // The bookings of the executor's temporaries and activations are in its
   // fp32 elements; the gathered weights are booked in elements already
   // scaled to the compute dtype, so temporaries share the activation scale.
@@ -73,9 +88,16 @@ Prediction predict(const Program& program, const Plan& plan, const PlannerOption
   const bool gathered = options.shard_degree > 1 || options.bf16_compute;
   UnitBooker booker{program, allocator, (options.bf16_compute ? 2.0 : 4.0) / act, act, gathered,
                     -1000000, {}, {}};
-  executor.set_step_observer([&](const Step& step) { booker.on_step(step); });
+  bool first = true;
+  executor.set_step_observer([&](const Step& step) {
+    if (watch && !first) watch->close(allocator);
+    first = false;
+    booker.on_step(step);
+    if (watch) watch->open(allocator);
+  });
   allocator.reset_peak();
   executor.run(Batch{nullptr, nullptr});
+  if (watch) watch->close(allocator);
   booker.gathered_params.reset();
   booker.gathered_grads.reset();
 
@@ -90,6 +112,29 @@ Prediction predict(const Program& program, const Plan& plan, const PlannerOption
   p.warnings = plan.warnings;
   p.fits = options.device_memory <= 0 || p.peak_bytes <= options.device_memory;
   return p;
+}
+
+}  // namespace
+
+double activation_scale(const PlannerOptions& options) {
+  return options.bf16_compute ? 0.5 : 1.0;
+}
+
+Prediction predict(const Program& program, const Plan& plan, const PlannerOptions& options) {
+  return replay(program, plan, options, nullptr);
+}
+
+std::vector<StepLevels> replay_levels(const Program& program, const Plan& plan,
+                                      const PlannerOptions& options) {
+  std::vector<StepLevels> levels;
+  ReplayWatch watch{
+      [&](Allocator& allocator) { levels.back().peak = allocator.peak(); },
+      [&](Allocator& allocator) {
+        levels.push_back({allocator.current().total(), 0});
+        allocator.reset_peak();
+      }};
+  replay(program, plan, options, &watch);
+  return levels;
 }
 
 std::vector<NamedMode> comparison_modes(const AcOptions& configured) {

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "ac/budget.h"
 #include "ac/policy.h"
 #include "core/memory.h"
 #include "graph/program.h"
@@ -39,6 +40,14 @@ struct Prediction {
 };
 
 Prediction predict(const Program& program, const Plan& plan, const PlannerOptions& options);
+
+// The same replay, reporting the level at the start of every schedule step
+// and the highest level during it (the budget solver's reference table).
+std::vector<StepLevels> replay_levels(const Program& program, const Plan& plan,
+                                      const PlannerOptions& options);
+
+// The booking scale of activations and temporaries (bf16: 0.5).
+double activation_scale(const PlannerOptions& options);
 
 // The AC modes `remat plan` compares: none, full, selective 2, op (threshold
 // 0), op with the configured threshold and filter, op (threshold 1e50).

@@ -1,0 +1,356 @@
+#include "ac/budget.h"
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <stdexcept>
+
+namespace remat {
+
+namespace {
+
+constexpr int64_t kNoLimit = std::numeric_limits<int64_t>::max() / 4;
+
+// The highest level inside block b's windows, above P_b.
+int64_t window_peak(const BudgetProblem& pb, int32_t b, const BlockOption& o) {
+  return std::max(pb.forward_base[b] + o.forward_peak,
+                  pb.backward_base[b] + o.kept_bytes + o.backward_peak);
+}
+
+const BlockOption& option_of(const BudgetProblem& pb, int32_t b, int32_t o) {
+  return pb.options[pb.block_class[b]][o];
+}
+
+// Costs that differ only by rounding are the same cost.
+bool cost_leq(double a, double b) { return a <= b + 1e-9 * std::max(1.0, std::abs(b)); }
+
+struct State {
+  int64_t kept;    // P: bytes kept by the blocks so far
+  double cost;
+  int32_t prev;    // index in the previous layer
+  int32_t option;  // this block's option
+};
+
+// States kept per block before the exact program gives way to the bucketed
+// one; the bucket width then keeps about this many.
+constexpr size_t kExactStates = 4096;
+constexpr int64_t kBuckets = 2048;
+
+// kExact: the full Pareto front of states. kThinned: at most one state per
+// bucket of `width` kept bytes (the cheapest), with its true kept bytes, so
+// every plan found fits but some may be missed: an upper bound on the least
+// cost. kRelaxed: kept bytes rounded down to the bucket, so no plan is
+// missed but some found may not fit: a lower bound.
+enum class Rounding { kExact, kThinned, kRelaxed };
+// No cost is too high (a search for "this cost or less" sets a cap: costs
+// only grow, so a state above it is dead).
+constexpr double kNoCostCap = std::numeric_limits<double>::infinity();
+
+int64_t round_kept(int64_t kept, int64_t width, Rounding rounding) {
+  return rounding == Rounding::kRelaxed ? kept / width * width : kept;
+}
+
+// Least cost within `budget`, by dynamic programming over blocks (see
+// Rounding). `overflow` is set when the exact program would hold more than
+// kExactStates states in one block.
+BudgetChoice least_cost(const BudgetProblem& pb, int64_t budget, Rounding rounding,
+                        int64_t width, bool* overflow, double cost_cap = kNoCostCap) {
+  BudgetChoice choice;
+  const auto n = static_cast<int32_t>(pb.blocks.size());
+  if (pb.outside_none_kept > budget) return choice;
+  // The least bytes blocks b.. can keep: a state that cannot leave room for
+  // them and the output layer is dead.
+  std::vector<int64_t> least_rest(n + 1, 0);
+  for (int32_t b = n - 1; b >= 0; --b) {
+    int64_t least = kNoLimit;
+    for (const BlockOption& o : pb.options[pb.block_class[b]]) least = std::min(least, o.kept_bytes);
+    least_rest[b] = least_rest[b + 1] + least;
+  }
+  std::vector<std::vector<State>> layers(n + 1);
+  layers[0].push_back({0, 0.0, -1, -1});
+  std::vector<State> next;
+  for (int32_t b = 0; b < n; ++b) {
+    const auto& prev = layers[b];
+    const auto& opts = pb.options[pb.block_class[b]];
+    const int64_t room = budget - pb.outside_all_kept - least_rest[b + 1];
+    next.clear();
+    for (int32_t o = 0; o < static_cast<int32_t>(opts.size()); ++o) {
+      const int64_t limit = budget - window_peak(pb, b, opts[o]);
+      for (int32_t s = 0; s < static_cast<int32_t>(prev.size()) && prev[s].kept <= limit; ++s) {
+        const int64_t kept = round_kept(prev[s].kept + opts[o].kept_bytes, width, rounding);
+        const double cost = prev[s].cost + opts[o].cost;
+        if (kept > room || !cost_leq(cost, cost_cap)) continue;
+        next.push_back({kept, cost, s, o});
+      }
+    }
+    std::sort(next.begin(), next.end(), [](const State& x, const State& y) {
+      return x.kept != y.kept ? x.kept < y.kept : x.cost < y.cost;
+    });
+    auto& layer = layers[b + 1];
+    for (const State& s : next) {
+      if (!layer.empty() && s.cost >= layer.back().cost) continue;
+      // Thinned: a cheaper state in the same bucket replaces the last one.
+      if (rounding == Rounding::kThinned && !layer.empty() &&
+          layer.back().kept / width == s.kept / width) {
+        layer.back() = s;
+      } else {
+        layer.push_back(s);
+      }
+    }
+    if (layer.empty()) return choice;
+    if (overflow && rounding == Rounding::kExact && layer.size() > kExactStates) {
+      *overflow = true;
+      return choice;
+    }
+  }
+  int32_t best = -1;
+  for (int32_t s = 0; s < static_cast<int32_t>(layers[n].size()); ++s) {
+    const State& st = layers[n][s];
+    if (st.kept + pb.outside_all_kept > budget) break;
+    if (best < 0 || st.cost < layers[n][best].cost) best = s;
+  }
+  if (best < 0) return choice;
+  choice.feasible = true;
+  choice.option.assign(n, 0);
+  for (int32_t b = n, s = best; b > 0; --b) {
+    choice.option[b - 1] = layers[b][s].option;
+    s = layers[b][s].prev;
+  }
+  choice.cost = rounding == Rounding::kRelaxed ? layers[n][best].cost : cost_of(pb, choice.option);
+  choice.peak = peak_of(pb, choice.option);
+  choice.lower_bound = choice.cost;
+  return choice;
+}
+
+// The least-cost plan within `budget` and a lower bound on any plan's cost:
+// exact when the exact program stays small, else from bucketed programs.
+// The bytes all blocks can keep at most (the range bucket widths divide).
+int64_t most_kept(const BudgetProblem& pb) {
+  int64_t most = 0;
+  for (int32_t b = 0; b < static_cast<int32_t>(pb.blocks.size()); ++b) {
+    int64_t block_most = 0;
+    for (const BlockOption& o : pb.options[pb.block_class[b]]) {
+      block_most = std::max(block_most, o.kept_bytes);
+    }
+    most += block_most;
+  }
+  return most;
+}
+
+BudgetChoice bounded_least_cost(const BudgetProblem& pb, int64_t budget,
+                                double cost_cap = kNoCostCap) {
+  // A quick coarse plan that fits caps the cost of states worth keeping.
+  const int64_t most = most_kept(pb);
+  const BudgetChoice coarse = least_cost(pb, budget, Rounding::kThinned,
+                                         std::max<int64_t>(1, most / 256), nullptr, cost_cap);
+  if (coarse.feasible) cost_cap = std::min(cost_cap, coarse.cost);
+  bool overflow = false;
+  BudgetChoice exact = least_cost(pb, budget, Rounding::kExact, 1, &overflow, cost_cap);
+  if (!overflow) return exact;
+  const int64_t width = std::max<int64_t>(1, most / kBuckets);
+  BudgetChoice upper = least_cost(pb, budget, Rounding::kThinned, width, nullptr, cost_cap);
+  if (!upper.feasible || (coarse.feasible && coarse.cost < upper.cost)) upper = coarse;
+  const BudgetChoice lower = least_cost(pb, budget, Rounding::kRelaxed, width, nullptr, cost_cap);
+  upper.lower_bound = lower.feasible ? std::min(lower.cost, upper.cost) : upper.cost;
+  return upper;
+}
+
+// Whether some choice fits `budget`: the least kept bytes so far is the
+// only state that matters for feasibility.
+bool fits(const BudgetProblem& pb, int64_t budget) {
+  if (pb.outside_none_kept > budget) return false;
+  int64_t kept = 0;
+  for (int32_t b = 0; b < static_cast<int32_t>(pb.blocks.size()); ++b) {
+    int64_t best = kNoLimit;
+    for (const BlockOption& o : pb.options[pb.block_class[b]]) {
+      if (kept + window_peak(pb, b, o) <= budget) best = std::min(best, kept + o.kept_bytes);
+    }
+    if (best == kNoLimit) return false;
+    kept = best;
+  }
+  return kept + pb.outside_all_kept <= budget;
+}
+
+}  // namespace
+
+Plan make_reference_plan(const Program& program) {
+  return complete_plan(program, std::vector<bool>(program.values.size(), true));
+}
+
+BudgetProblem make_budget_problem(const Program& program, const Schedule& reference,
+                                  const std::vector<StepLevels>& levels, double scale,
+                                  const OpCost& cost, const std::vector<bool>& decidable) {
+  if (levels.size() != reference.steps.size()) {
+    throw std::logic_error("budget solver: one level per reference step expected");
+  }
+  BudgetProblem pb;
+  pb.program = &program;
+  const int32_t n = program.n_blocks;
+  std::map<std::string, int32_t> class_of_signature;
+  std::vector<int64_t> reference_kept(n);
+  for (int32_t b = 0; b < n; ++b) {
+    pb.blocks.push_back(describe_block(program, b, scale, decidable));
+    const BlockShape& shape = pb.blocks.back();
+    auto [it, added] =
+        class_of_signature.emplace(shape.signature, static_cast<int32_t>(pb.options.size()));
+    if (added) {
+      pb.options.push_back(block_options(program, shape, cost, decidable));
+      // The reference choice re-runs nothing; it has the least cost of all,
+      // and among those the most kept bytes, so it sits on the front.
+      const BlockOption keep_all =
+          simulate_block(program, shape, std::vector<bool>(shape.last - shape.first + 1), cost);
+      int32_t found = -1;
+      for (int32_t o = 0; o < static_cast<int32_t>(pb.options.back().size()); ++o) {
+        const BlockOption& x = pb.options.back()[o];
+        if (x.kept_bytes == keep_all.kept_bytes && x.forward_peak == keep_all.forward_peak &&
+            x.backward_peak == keep_all.backward_peak && x.cost == keep_all.cost) {
+          found = o;
+          break;
+        }
+      }
+      if (found < 0) {
+        pb.options.back().push_back(keep_all);
+        found = static_cast<int32_t>(pb.options.back().size()) - 1;
+      }
+      pb.reference_option.push_back(found);
+    }
+    pb.block_class.push_back(it->second);
+    reference_kept[b] = pb.options[it->second][pb.reference_option[it->second]].kept_bytes;
+  }
+  for (const auto& opts : pb.options) pb.enumerated += opts.size();
+
+  // Read the window openings off the reference replay.
+  std::vector<int64_t> forward_start(n, -1), backward_start(n, -1);
+  int64_t all_kept = std::numeric_limits<int64_t>::min(), none_kept = 0;
+  bool forward_blocks_done = false, backward_blocks_started = false;
+  for (size_t s = 0; s < reference.steps.size(); ++s) {
+    const Step& step = reference.steps[s];
+    const int32_t b = program.nodes[step.node].block;
+    const bool forward = step.kind == Step::Kind::kForward;
+    if (b >= 0) {
+      auto& start = forward ? forward_start[b] : backward_start[b];
+      if (start < 0) start = levels[s].start;
+      if (forward && b == n - 1) forward_blocks_done = true;
+      if (!forward) backward_blocks_started = true;
+      continue;
+    }
+    const bool all = forward ? forward_blocks_done : !backward_blocks_started;
+    if (n > 0 && all) {
+      all_kept = std::max(all_kept, levels[s].peak);
+    } else {
+      none_kept = std::max(none_kept, levels[s].peak);
+    }
+  }
+  int64_t prefix = 0;
+  for (int32_t b = 0; b < n; ++b) {
+    pb.forward_base.push_back(forward_start[b] - prefix);
+    pb.backward_base.push_back(backward_start[b] - prefix - reference_kept[b]);
+    prefix += reference_kept[b];
+  }
+  pb.outside_all_kept = all_kept == std::numeric_limits<int64_t>::min() ? 0 : all_kept - prefix;
+  pb.outside_none_kept = none_kept;
+  return pb;
+}
+
+int64_t peak_of(const BudgetProblem& pb, const std::vector<int32_t>& option) {
+  int64_t peak = pb.outside_none_kept, kept = 0;
+  for (int32_t b = 0; b < static_cast<int32_t>(pb.blocks.size()); ++b) {
+    const BlockOption& o = option_of(pb, b, option[b]);
+    peak = std::max(peak, kept + window_peak(pb, b, o));
+    kept += o.kept_bytes;
+  }
+  return std::max(peak, kept + pb.outside_all_kept);
+}
+
+double cost_of(const BudgetProblem& pb, const std::vector<int32_t>& option) {
+  double cost = 0;
+  for (int32_t b = 0; b < static_cast<int32_t>(pb.blocks.size()); ++b) {
+    cost += option_of(pb, b, option[b]).cost;
+  }
+  return cost;
+}
+
+int64_t min_peak(const BudgetProblem& pb) {
+  std::vector<int32_t> reference(pb.blocks.size());
+  for (size_t b = 0; b < reference.size(); ++b) {
+    reference[b] = pb.reference_option[pb.block_class[b]];
+  }
+  int64_t lo = 0, hi = peak_of(pb, reference);  // fits(hi) holds
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (fits(pb, mid)) {
+      hi = mid;
+    } else {
+      lo = mid + 1;
+    }
+  }
+  return hi;
+}
+
+BudgetChoice solve_budget(const BudgetProblem& pb, int64_t budget) {
+  BudgetChoice best = bounded_least_cost(pb, budget);
+  if (!best.feasible) return best;
+  const double lower_bound = best.lower_bound;
+  if (lower_bound < best.cost) return best;  // not proven: no tie-break either
+  // Among the plans of least cost, the lowest peak: the smallest budget at
+  // which the least cost is still reached.
+  // Usually the plan found already has the lowest peak: one program at one
+  // byte less proves it; otherwise bisect.
+  int64_t lo = min_peak(pb), hi = best.peak;
+  if (lo < hi) {
+    BudgetChoice c = bounded_least_cost(pb, hi - 1, best.cost);
+    if (c.feasible && cost_leq(c.cost, best.cost)) {
+      best = c;
+      hi = c.peak;
+    } else {
+      lo = hi;
+    }
+  }
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    BudgetChoice c = bounded_least_cost(pb, mid, best.cost);
+    if (c.feasible && cost_leq(c.cost, best.cost)) {
+      best = c;
+      hi = c.peak;
+    } else {
+      lo = mid + 1;
+    }
+  }
+  best.lower_bound = std::min(lower_bound, best.cost);
+  return best;
+}
+
+std::vector<BudgetChoice> pareto_front(const BudgetProblem& pb, int points) {
+  std::vector<int32_t> reference(pb.blocks.size());
+  for (size_t b = 0; b < reference.size(); ++b) {
+    reference[b] = pb.reference_option[pb.block_class[b]];
+  }
+  const int64_t lo = min_peak(pb), hi = peak_of(pb, reference);
+  std::vector<BudgetChoice> front;
+  for (int i = points - 1; i >= 0; --i) {
+    const int64_t budget =
+        points <= 1 ? hi
+                    : lo + static_cast<int64_t>(static_cast<double>(hi - lo) * i / (points - 1));
+    BudgetChoice c = solve_budget(pb, budget);
+    if (!c.feasible) continue;
+    if (!front.empty() && front.back().peak == c.peak && front.back().cost == c.cost) continue;
+    front.push_back(std::move(c));
+  }
+  return front;
+}
+
+Plan plan_from_choice(const BudgetProblem& pb, const BudgetChoice& choice) {
+  const Program& program = *pb.program;
+  std::vector<bool> keep_wanted(program.values.size(), true);
+  for (int32_t b = 0; b < static_cast<int32_t>(pb.blocks.size()); ++b) {
+    const BlockShape& shape = pb.blocks[b];
+    const BlockOption& o = option_of(pb, b, choice.option[b]);
+    for (int32_t n = shape.first; n <= shape.last; ++n) {
+      if (!o.recompute[n - shape.first]) continue;
+      for (ValueId v : program.nodes[n].outputs) keep_wanted[v] = false;
+    }
+  }
+  return complete_plan(program, keep_wanted);
+}
+
+}  // namespace remat

@@ -1,0 +1,84 @@
+// The memory-budget solver (spec.md §2 memory_budget): the keep-set with the
+// least recompute whose true peak, the peak the executor will measure, fits
+// a budget.
+//
+// The peak of a choice (one BlockOption per block, see block_memory.h) is
+//   max( outside_none,
+//        max_b  P_b + max(forward_base_b + forward_peak_b,
+//                         backward_base_b + kept_b + backward_peak_b),
+//        P_n + outside_all )
+// with P_b the bytes blocks 0..b-1 keep. The bases come from one replay of a
+// reference plan (keep everything needed), passed in as a table, so this
+// library depends on neither the planner nor the runtime.
+//
+// The solver is a dynamic program over blocks in order whose state is
+// (P_b, cost so far), pruned to its Pareto front: a state with no more kept
+// bytes and no more cost is at least as good for every later block. It is
+// exhaustive over the per-block choices, so the plan it returns is optimal
+// for the decision space and cost model; its lower bound equals its cost.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "ac/block_memory.h"
+#include "ac/plan.h"
+#include "ac/schedule.h"
+
+namespace remat {
+
+// The allocator's level when a schedule step began and its highest level
+// during the step, as a replay measured it.
+struct StepLevels {
+  int64_t start = 0;
+  int64_t peak = 0;
+};
+
+struct BudgetProblem {
+  const Program* program = nullptr;
+  std::vector<BlockShape> blocks;
+  std::vector<int32_t> block_class;                // per block: index into options
+  std::vector<std::vector<BlockOption>> options;   // per class
+  std::vector<int32_t> reference_option;           // per class: the keep-everything choice
+  std::vector<int64_t> forward_base, backward_base;  // per block
+  int64_t outside_all_kept = 0;   // outside blocks while every block holds its keep-set (less it)
+  int64_t outside_none_kept = 0;  // outside blocks before the first forward / after the last backward
+  size_t enumerated = 0;          // choices simulated, before pruning
+};
+
+// `reference` is the schedule of make_reference_plan(program) and `levels`
+// its replay, one entry per step. `scale` is the booking scale of
+// activations and temporaries; `decidable` limits the decision space (empty:
+// every value inside a block).
+BudgetProblem make_budget_problem(const Program& program, const Schedule& reference,
+                                  const std::vector<StepLevels>& levels, double scale,
+                                  const OpCost& cost, const std::vector<bool>& decidable = {});
+
+// Keeps everything the backward pass needs (what "none" keeps).
+Plan make_reference_plan(const Program& program);
+
+struct BudgetChoice {
+  bool feasible = false;
+  std::vector<int32_t> option;  // per block: index into its class's options
+  int64_t peak = 0;             // predicted true peak
+  double cost = 0;              // recompute cost
+  double lower_bound = 0;       // no plan within the budget costs less
+};
+
+int64_t peak_of(const BudgetProblem& problem, const std::vector<int32_t>& option);
+double cost_of(const BudgetProblem& problem, const std::vector<int32_t>& option);
+
+// The least cost within `budget`, and among plans of that cost the lowest
+// peak (so the peak never rises and the cost never falls as the budget falls).
+BudgetChoice solve_budget(const BudgetProblem& problem, int64_t budget);
+
+// The lowest peak any choice reaches.
+int64_t min_peak(const BudgetProblem& problem);
+
+// The peak/cost trade-off: optimal choices at `points` budgets spread from
+// the lowest reachable peak to the reference plan's peak, without repeats.
+std::vector<BudgetChoice> pareto_front(const BudgetProblem& problem, int points);
+
+Plan plan_from_choice(const BudgetProblem& problem, const BudgetChoice& choice);
+
+}  // namespace remat
