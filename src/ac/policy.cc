@@ -1,6 +1,7 @@
 #include "ac/policy.h"
 
 #include <charconv>
+#include <stdexcept>
 #include <sstream>
 
 #include "core/error.h"
@@ -55,9 +56,14 @@ AcOptions ac_options_from_config(const JobConfig& config) {
       options.mode = AcOptions::Mode::kSelectiveLayer;
       options.layer_frequency = n;
     }
+  } else if (ac.mode == "memory_budget") {
+    options.mode = AcOptions::Mode::kMemoryBudget;
+    options.memory_budget = ac.memory_budget;
+  } else if (ac.mode == "auto") {
+    options.mode = AcOptions::Mode::kAuto;
   } else {
     throw InputError("config error: activation_checkpoint.mode = \"" + ac.mode +
-                     "\" is not supported by this build (expected none, full or selective)");
+                     "\": expected none, full, selective, memory_budget or auto");
   }
   return options;
 }
@@ -77,6 +83,8 @@ std::string describe(const AcOptions& options) {
       }
       s << "])";
       return s.str();
+    case AcOptions::Mode::kMemoryBudget: return "memory_budget " + options.memory_budget;
+    case AcOptions::Mode::kAuto: return "auto";
   }
   return "?";
 }
@@ -91,8 +99,10 @@ bool block_checkpointed(const AcOptions& options, int32_t block) {
       // Blocks are counted from 1; N = 0 means every block.
       return options.layer_frequency <= 1 || (block + 1) % options.layer_frequency == 0;
     case AcOptions::Mode::kSelectiveOp: return false;
+    case AcOptions::Mode::kMemoryBudget:
+    case AcOptions::Mode::kAuto: break;
   }
-  return false;
+  throw std::logic_error("make_plan: budget modes are solved by the planner");
 }
 
 }  // namespace

@@ -11,10 +11,20 @@
 namespace remat {
 
 struct AcOptions {
-  enum class Mode { kNone, kFull, kSelectiveLayer, kSelectiveOp } mode = Mode::kSelectiveOp;
+  // kMemoryBudget and kAuto are solved by the planner (planner/budget_plan.h),
+  // which prices choices by replaying them; make_plan does not take them.
+  enum class Mode {
+    kNone,
+    kFull,
+    kSelectiveLayer,
+    kSelectiveOp,
+    kMemoryBudget,
+    kAuto
+  } mode = Mode::kSelectiveOp;
   int64_t layer_frequency = 2;                 // selective layer AC: every N-th block
   double mm_flops_threshold = 0;               // op AC
   std::vector<std::string> force_recompute_fqns = {"moe.router.gate"};  // op AC
+  std::string memory_budget;  // kMemoryBudget: a fraction "0.5" or a size "12GiB"
 };
 
 // From the [activation_checkpoint] section (mode, selective_ac_option,

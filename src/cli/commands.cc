@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "io/config.h"
+#include "planner/pareto_output.h"
 #include "planner/plan_command.h"
 #include "train/trainer.h"
 
@@ -21,7 +22,8 @@ const char* kUsage =
     "  train   train the model the config describes\n"
     "  eval    print the validation loss of --checkpoint.load on --validation.dataset\n"
     "  plan    predict peak memory and recompute per AC mode without running;\n"
-    "          --json for tools, --mm for the matmul table, --torchtitan for bf16 x 8 ranks\n"
+    "          --json for tools, --mm for the matmul table, --torchtitan for bf16 x 8 ranks,\n"
+    "          --pareto FILE.svg|.csv|.json for the memory_budget front\n"
     "  grads   one forward/backward pass; --tokens FILE.npy --out FILE.safetensors\n"
     "          (the gradient dump the PyTorch oracle test compares)\n"
     "Any config key can be overridden as --section.key value or --section.key=value.\n";
@@ -98,7 +100,11 @@ int dispatch(int argc, char** argv) {
         rest.push_back(argv[i]);
       }
     }
-    Arguments a = parse_arguments(static_cast<int>(rest.size()), rest.data(), {});
+    Arguments a = parse_arguments(static_cast<int>(rest.size()), rest.data(), {"pareto"});
+    if (a.extra.count("pareto")) {
+      options.pareto_path = a.extra["pareto"];
+      check_pareto_path(options.pareto_path);
+    }
     return run_plan(load_job_config(a.config_path, a.overrides), options);
   }
   if (command == "grads") {

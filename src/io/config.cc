@@ -458,9 +458,9 @@ void validate(const JobConfig& c, Schema& schema) {
   v.require(s.lr_min >= 0, "lr_scheduler.lr_min", "a number >= 0");
 
   const auto& ac = c.activation_checkpoint;
-  static const char* const kModes[] = {"none", "full", "selective", "memory_budget"};
+  static const char* const kModes[] = {"none", "full", "selective", "memory_budget", "auto"};
   v.require(one_of(ac.mode, kModes), "activation_checkpoint.mode",
-            "\"none\", \"full\", \"selective\" or \"memory_budget\"");
+            "\"none\", \"full\", \"selective\", \"memory_budget\" or \"auto\"");
   v.require(ac.selective_ac_option == "op" || is_decimal(ac.selective_ac_option),
             "activation_checkpoint.selective_ac_option",
             "\"op\" or a non-negative integer such as \"2\"");

@@ -65,7 +65,7 @@ struct JobConfig {
     double lr_min = 0.0;
   } lr_scheduler;
   struct ActivationCheckpoint {
-    std::string mode = "selective";       // none | full | selective | memory_budget
+    std::string mode = "selective";       // none | full | selective | memory_budget | auto
     std::string selective_ac_option = "2";  // "op" or a decimal integer
     double selective_op_ac_mm_flops_threshold = 0;
     std::vector<std::string> per_op_sac_force_recompute_mm_by_fqns = {"moe.router.gate"};

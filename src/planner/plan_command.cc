@@ -5,6 +5,8 @@
 #include <nlohmann/json.hpp>
 
 #include "ac/report.h"
+#include "planner/budget_plan.h"
+#include "planner/pareto_output.h"
 #include "core/error.h"
 #include "models/registry.h"
 #include "train/metrics.h"
@@ -92,9 +94,14 @@ int run_plan(JobConfig config, const PlanCommandOptions& options) {
   const PlannerOptions planner = planner_options_from_config(config);
   const AcOptions configured = ac_options_from_config(config);
 
-  const Plan configured_plan = make_plan(model.program, configured);
+  const bool budget_mode = configured.mode == AcOptions::Mode::kMemoryBudget ||
+                           configured.mode == AcOptions::Mode::kAuto;
+  BudgetPlan budget;
+  if (budget_mode) budget = make_budget_plan(configured, config, model.program, planner);
+  const Plan configured_plan =
+      budget_mode ? budget.plan : make_plan(model.program, configured);
   Prediction chosen = predict(model.program, configured_plan, planner);
-  chosen.name = "configured";
+  chosen.name = budget_mode ? describe(configured) : "configured";
   std::vector<Prediction> rows;
   bool listed = false;
   for (const NamedMode& mode : comparison_modes(configured)) {
@@ -103,8 +110,33 @@ int run_plan(JobConfig config, const PlanCommandOptions& options) {
     listed = listed || rows.back().mode == chosen.mode;
   }
   if (!listed) rows.insert(rows.begin(), chosen);
+  // The budget plan at the peak of each fixed mode: never more recompute.
+  const BudgetProblem problem = budget_problem(model.program, planner);
+  std::vector<std::pair<Prediction, Prediction>> at_fixed;
+  for (const Prediction& fixed : rows) {
+    if (fixed.name != "selective 2" && fixed.name != "op threshold 0" &&
+        fixed.name != "op threshold 1e50" && fixed.name != "op configured") {
+      continue;
+    }
+    const BudgetChoice c = solve_budget(problem, fixed.peak_bytes);
+    Prediction p = predict(model.program, plan_from_choice(problem, c), planner);
+    p.name = "budget @ " + fixed.name;
+    at_fixed.emplace_back(fixed, p);
+  }
+  std::vector<BudgetChoice> front;
+  if (!options.pareto_path.empty()) front = pareto_front(problem, options.pareto_points);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (!options.pareto_path.empty()) {
+    std::vector<ParetoMark> marks;
+    for (const Prediction& p : rows) {
+      marks.push_back({p.name, p.peak_bytes, static_cast<double>(p.recompute_flops)});
+    }
+    const double model_flops = static_cast<double>(rows.front().model_flops);
+    write_pareto(options.pareto_path, front, marks,
+                 budget_mode ? budget.budget : 0, model_flops,
+                 model.summary.family + " " + model.summary.flavor);
+  }
 
   const ModelSummary& s = model.summary;
   if (options.json) {
@@ -122,6 +154,23 @@ int run_plan(JobConfig config, const PlanCommandOptions& options) {
                 {"compute_dtype", planner.bf16_compute ? "bfloat16" : "float32"},
                 {"device_memory_bytes", planner.device_memory}};
     j["configured"] = to_json(chosen);
+    if (budget_mode) {
+      j["budget"] = {{"budget_bytes", budget.budget},
+                     {"source", budget.budget_source},
+                     {"predicted_peak_bytes", budget.choice.peak},
+                     {"recompute_flops", budget.choice.cost},
+                     {"lower_bound", budget.choice.lower_bound},
+                     {"optimal", budget.optimal()},
+                     {"seconds", budget.solve_seconds}};
+    }
+    j["budget_at_fixed_modes"] = nlohmann::json::array();
+    for (const auto& [fixed, p] : at_fixed) {
+      j["budget_at_fixed_modes"].push_back({{"mode", fixed.name},
+                                            {"fixed_peak_bytes", fixed.peak_bytes},
+                                            {"fixed_recompute_flops", fixed.recompute_flops},
+                                            {"budget_peak_bytes", p.peak_bytes},
+                                            {"budget_recompute_flops", p.recompute_flops}});
+    }
     j["modes"] = nlohmann::json::array();
     for (const Prediction& p : rows) j["modes"].push_back(to_json(p));
     if (options.matmuls) {
@@ -142,6 +191,28 @@ int run_plan(JobConfig config, const PlanCommandOptions& options) {
   std::printf("  memory at the peak moment, per device (GiB); * = the configured mode\n");
   std::fputs(format_table(rows, chosen.mode).c_str(), stdout);
   std::printf("  configured: %s\n", chosen.mode.c_str());
+  if (budget_mode) {
+    std::printf("  budget plan: solved in %.3f s, predicted peak %s, recompute %.4g FLOPs, %s\n",
+                budget.solve_seconds, format_bytes(budget.choice.peak).c_str(),
+                budget.choice.cost, budget.certificate().c_str());
+  }
+  std::printf("  the budget plan at each fixed mode's peak (least recompute within it):\n");
+  for (const auto& [fixed, p] : at_fixed) {
+    std::printf("    %-18s peak %9s GiB  recompute %.4g TFLOP  -> budget: peak %9s GiB  recompute "
+                "%.4g TFLOP (%+.1f%%)\n",
+                fixed.name.c_str(), gib(fixed.peak_bytes).c_str(),
+                static_cast<double>(fixed.recompute_flops) / 1e12, gib(p.peak_bytes).c_str(),
+                static_cast<double>(p.recompute_flops) / 1e12,
+                fixed.recompute_flops > 0
+                    ? 100.0 * (static_cast<double>(p.recompute_flops) -
+                               static_cast<double>(fixed.recompute_flops)) /
+                          static_cast<double>(fixed.recompute_flops)
+                    : 0.0);
+  }
+  if (!options.pareto_path.empty()) {
+    std::printf("  pareto front: %zu points written to %s\n", front.size(),
+                options.pareto_path.c_str());
+  }
   for (const std::string& w : chosen.warnings) std::printf("warning: %s\n", w.c_str());
   if (options.matmuls) {
     std::fputs(format_matmul_table(model.program, make_plan(model.program, configured), true).c_str(),
@@ -159,7 +230,7 @@ void check_run_fits(const JobConfig& config) {
   PlannerOptions cpu;  // the CPU engine: fp32, one rank
   BuiltModel model = build_model(config.model, t.local_batch_size, t.seq_len);
   const AcOptions configured = ac_options_from_config(config);
-  const Prediction p = predict(model.program, make_plan(model.program, configured), cpu);
+  const Prediction p = predict(model.program, plan_for_config(config, model.program, cpu), cpu);
   if (p.peak_bytes <= available) return;
 
   std::string advice;

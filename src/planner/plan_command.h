@@ -14,6 +14,8 @@ struct PlanCommandOptions {
   bool matmuls = false;     // the log_mm_flops table with bytes and FLOPs/byte
   bool torchtitan = false;  // torchtitan's usual 8B set-up: bf16 compute,
                             // sharded over 8, 80GiB per device
+  std::string pareto_path;  // --pareto FILE.svg|.csv|.json: the peak/recompute front
+  int pareto_points = 64;   // budgets the front is solved at
 };
 
 PlannerOptions planner_options_from_config(const JobConfig& config);

@@ -19,6 +19,7 @@
 #include "io/safetensors.h"
 #include "kernels/cpu/kernels.h"
 #include "models/registry.h"
+#include "planner/budget_plan.h"
 #include "planner/plan_command.h"
 #include "runtime/executor.h"
 #include "train/checkpoint.h"
@@ -66,8 +67,7 @@ int run_train(const JobConfig& config) {
   const auto& t = config.training;
   BuiltModel model = build_model(config.model, t.local_batch_size, t.seq_len);
   const Program& program = model.program;
-  const AcOptions ac = ac_options_from_config(config);
-  const Plan plan = make_plan(program, ac);
+  const Plan plan = plan_for_config(config, program, PlannerOptions{});
   print_model(model.summary, program);
   std::printf("activation checkpointing: %s\n", plan.description.c_str());
   for (const std::string& w : plan.warnings) std::printf("warning: %s\n", w.c_str());
@@ -284,7 +284,7 @@ int run_dump_gradients(const JobConfig& config, const std::string& tokens_path,
   Allocator allocator;
   ModelState state(model.program, allocator, true);
   load_checkpoint(config.checkpoint.load, state, false);
-  const Plan plan = make_plan(model.program, ac_options_from_config(config));
+  const Plan plan = plan_for_config(config, model.program, PlannerOptions{});
   Executor executor(model.program, make_schedule(model.program, plan, true), allocator, state);
   std::vector<int32_t> inputs(batch * seq), targets(batch * seq);
   fill_eval_rows(data.tokens, seq, 0, batch, inputs, targets);

@@ -1,0 +1,120 @@
+#include "planner/budget_plan.h"
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+
+#include "core/error.h"
+#include "models/registry.h"
+#include "train/metrics.h"
+
+namespace remat {
+
+namespace {
+
+double flop_cost(const Node& node) { return static_cast<double>(forward_flops(node)); }
+
+int64_t peak_of_mode(const Program& program, AcOptions::Mode mode,
+                     const PlannerOptions& planner) {
+  AcOptions o;
+  o.mode = mode;
+  return predict(program, make_plan(program, o), planner).peak_bytes;
+}
+
+std::string bytes_text(int64_t bytes) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.3fGiB (%lld bytes)",
+                static_cast<double>(bytes) / (1024.0 * 1024 * 1024), static_cast<long long>(bytes));
+  return buf;
+}
+
+}  // namespace
+
+std::string BudgetPlan::certificate() const {
+  if (optimal()) return "optimal";
+  char buf[128];
+  const double gap = choice.cost > 0 ? (choice.cost - choice.lower_bound) / choice.cost : 0;
+  std::snprintf(buf, sizeof buf, "within %.2f%% of optimal (lower bound %.4g)", 100 * gap,
+                choice.lower_bound);
+  return buf;
+}
+
+BudgetProblem budget_problem(const Program& program, const PlannerOptions& options) {
+  const Plan reference = make_reference_plan(program);
+  const Schedule schedule = make_schedule(program, reference, /*with_backward=*/true);
+  return make_budget_problem(program, schedule, replay_levels(program, reference, options),
+                             activation_scale(options), flop_cost);
+}
+
+int64_t resolve_budget(const AcOptions& options, const JobConfig& config, const Program& program,
+                       const PlannerOptions& planner, std::string* source) {
+  if (options.mode == AcOptions::Mode::kAuto) {
+    if (!config.memory.limit.empty()) {
+      *source = "memory.limit " + config.memory.limit;
+      return static_cast<int64_t>(parse_memory_size(config.memory.limit));
+    }
+    *source = "physical RAM";
+    return physical_memory_bytes();
+  }
+  *source = "memory_budget " + options.memory_budget;
+  char* end = nullptr;
+  const double fraction = std::strtod(options.memory_budget.c_str(), &end);
+  if (end != options.memory_budget.c_str() && *end == '\0') {
+    // 0: full AC's peak, 1: no AC's, linear in between (spec.md §2).
+    const int64_t full = peak_of_mode(program, AcOptions::Mode::kFull, planner);
+    const int64_t none = peak_of_mode(program, AcOptions::Mode::kNone, planner);
+    return full + static_cast<int64_t>(fraction * static_cast<double>(none - full));
+  }
+  return static_cast<int64_t>(parse_memory_size(options.memory_budget));
+}
+
+BudgetPlan make_budget_plan(const AcOptions& options, const JobConfig& config,
+                            const Program& program, const PlannerOptions& planner) {
+  const auto start = std::chrono::steady_clock::now();
+  BudgetPlan result;
+  result.budget = resolve_budget(options, config, program, planner, &result.budget_source);
+  const BudgetProblem problem = budget_problem(program, planner);
+  result.choice = solve_budget(problem, result.budget);
+  result.solve_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (!result.choice.feasible) {
+    // The largest batch whose lowest reachable peak fits (monotone in batch).
+    int64_t lo = 0, hi = program.batch - 1;
+    while (lo < hi) {
+      const int64_t mid = (lo + hi + 1) / 2;
+      const Program smaller = build_model(config.model, mid, program.seq).program;
+      if (min_peak(budget_problem(smaller, planner)) <= result.budget) {
+        lo = mid;
+      } else {
+        hi = mid - 1;
+      }
+    }
+    const std::string advice =
+        lo >= 1 ? "training.local_batch_size = " + std::to_string(lo) + " would fit"
+                : "no batch size fits at this seq_len; use a shorter sequence, sharding or more "
+                  "memory";
+    throw InputError("activation_checkpoint: no plan fits " + result.budget_source + " = " +
+                     bytes_text(result.budget) + "; the smallest peak any plan reaches is " +
+                     bytes_text(min_peak(problem)) + "; " + advice);
+  }
+  result.plan = plan_from_choice(problem, result.choice);
+  result.plan.description = describe(options) + " (" + bytes_text(result.budget) + "): " +
+                            result.certificate();
+  return result;
+}
+
+Plan plan_for_config(const JobConfig& config, const Program& program,
+                     const PlannerOptions& planner) {
+  const AcOptions options = ac_options_from_config(config);
+  if (options.mode == AcOptions::Mode::kMemoryBudget || options.mode == AcOptions::Mode::kAuto) {
+    return make_budget_plan(options, config, program, planner).plan;
+  }
+  return make_plan(program, options);
+}
+
+std::vector<BudgetChoice> budget_front(const Program& program, const PlannerOptions& planner,
+                                       int points) {
+  return pareto_front(budget_problem(program, planner), points);
+}
+
+}  // namespace remat

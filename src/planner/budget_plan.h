@@ -1,0 +1,47 @@
+// Budget modes (spec.md §2 memory_budget and auto): the planner prices
+// every choice the budget solver (ac/budget.h) considers by one replay of a
+// reference plan, solves, and checks the answer by replaying it.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "ac/budget.h"
+#include "io/config.h"
+#include "planner/planner.h"
+
+namespace remat {
+
+// The solver's table for this program and set-up (FLOP cost model).
+BudgetProblem budget_problem(const Program& program, const PlannerOptions& options);
+
+struct BudgetPlan {
+  Plan plan;
+  BudgetChoice choice;
+  int64_t budget = 0;        // bytes
+  std::string budget_source; // "memory_budget 0.5", "memory.limit", "physical RAM"
+  double solve_seconds = 0;
+  bool optimal() const { return choice.lower_bound >= choice.cost; }
+  // "optimal" or "within 1.2% of optimal (lower bound ...)"
+  std::string certificate() const;
+};
+
+// The budget in bytes for mode memory_budget (a fraction between full AC's
+// peak and no AC's, or a size) or auto (memory.limit or physical RAM).
+int64_t resolve_budget(const AcOptions& options, const JobConfig& config, const Program& program,
+                       const PlannerOptions& planner, std::string* source);
+
+// Solves for the configured budget. InputError when no plan fits: it names
+// the smallest peak reachable and a batch size that would fit.
+BudgetPlan make_budget_plan(const AcOptions& options, const JobConfig& config,
+                            const Program& program, const PlannerOptions& planner);
+
+// The plan any mode runs (budget modes solved here, the others by make_plan).
+Plan plan_for_config(const JobConfig& config, const Program& program,
+                     const PlannerOptions& planner);
+
+// The trade-off between peak and recompute, for `remat plan --pareto`.
+std::vector<BudgetChoice> budget_front(const Program& program, const PlannerOptions& planner,
+                                       int points);
+
+}  // namespace remat
