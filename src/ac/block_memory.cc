@@ -21,14 +21,16 @@ bool is_own(const BlockShape& s, ValueId v) {
 }
 
 // A node may be re-run when none of its outputs must be kept and, where the
-// decision space is limited, all of them may be rebuilt.
+// decision space is limited, one of them may be rebuilt (the others stay
+// pinned: kept, and rebuilt into scratch when the node re-runs).
 bool recomputable(const Program& program, const BlockShape& s, int32_t n,
                   const std::vector<bool>& decidable) {
+  bool any = false;
   for (ValueId out : program.nodes[n].outputs) {
     if (s.forced[out - s.first_value]) return false;
-    if (!decidable.empty() && !decidable[out]) return false;
+    any = any || decidable.empty() || decidable[out];
   }
-  return true;
+  return any;
 }
 
 // Reused buffers: the enumeration simulates hundreds of thousands of choices.
@@ -83,7 +85,7 @@ struct Simulator {
     }
     keep.assign(s.n_values, false);
     for (int32_t i = 0; i < s.n_values; ++i) {
-      keep[i] = needed[i] && (s.forced[i] || !producer_in_r(i));
+      keep[i] = needed[i] && (s.pinned[i] || !producer_in_r(i));
       if (keep[i] && !s.boundary[i]) o.kept_bytes += s.bytes[i];
     }
 
@@ -136,6 +138,10 @@ struct Simulator {
       if (pos < n_recompute) {
         level += out_bytes[n - s.first];
         peak = std::max(peak, level);
+        // A rebuilt copy of a value still kept is scratch for this step.
+        for (ValueId v : node.outputs) {
+          if (keep[v - base]) level -= s.bytes[v - base];
+        }
         level -= free_bytes[pos];
         continue;
       }
@@ -208,6 +214,7 @@ BlockShape describe_block(const Program& program, int32_t block, double scale,
   s.bytes.resize(s.n_values);
   s.boundary.resize(s.n_values);
   s.forced.resize(s.n_values);
+  s.pinned.resize(s.n_values);
   s.saved.resize(s.n_values);
   s.grad_live_at_start.resize(s.n_values);
   for (int32_t i = 0; i < s.n_values; ++i) {
@@ -216,6 +223,7 @@ BlockShape describe_block(const Program& program, int32_t block, double scale,
     s.bytes[i] = booked(numel(program.values[v].shape) * 4, scale);
     s.boundary[i] = read_outside[v] || v == program.loss;
     s.forced[i] = s.boundary[i] || op_info(producer.kind).outputs_always_kept;
+    s.pinned[i] = s.forced[i] || (!decidable.empty() && !decidable[v]);
     s.saved[i] = first_saved_reader[v] >= 0 && program.nodes[first_saved_reader[v]].block == block;
     s.grad_live_at_start[i] = last_consumer[v] > s.last;
     if (s.boundary[i] && first_saved_reader[v] < 0) {
@@ -277,7 +285,8 @@ BlockShape describe_block(const Program& program, int32_t block, double scale,
   }
   for (int32_t i = 0; i < s.n_values; ++i) {
     put(s.bytes[i]);
-    put(s.boundary[i] * 1 + s.forced[i] * 2 + s.saved[i] * 4 + s.grad_live_at_start[i] * 8);
+    put(s.boundary[i] * 1 + s.forced[i] * 2 + s.saved[i] * 4 + s.grad_live_at_start[i] * 8 +
+        s.pinned[i] * 16);
   }
   for (int32_t i = 0; i < width; ++i) {
     put(s.foreign_grad_bytes[i]);

@@ -17,7 +17,8 @@
 // tests hold to the replay for random plans of every model.
 //
 // A block's choice is the set R of its nodes the backward re-runs: a node
-// not in R keeps every output the backward needs. Keeping some outputs of a
+// not in R keeps every output the backward needs; a node in R keeps only its
+// pinned outputs (see BlockShape). Keeping some outputs of a
 // node that is re-run anyway never helps (the kept copy is live at every
 // moment the rebuilt one would be, and longer) and keeping an output nobody
 // reads is never done, so this set of choices loses nothing.
@@ -57,6 +58,7 @@ struct BlockShape {
   std::vector<int64_t> bytes;
   std::vector<bool> boundary;          // read by a node outside the block
   std::vector<bool> forced;            // kept whatever the choice (boundary, routing)
+  std::vector<bool> pinned;            // forced, or outside a limited decision space
   std::vector<bool> saved;             // read by some backward of the block
   std::vector<bool> grad_live_at_start;// its gradient exists when the backward window opens
   // Values produced elsewhere whose gradients this window books first, and

@@ -347,7 +347,9 @@ Plan plan_from_choice(const BudgetProblem& pb, const BudgetChoice& choice) {
     const BlockOption& o = option_of(pb, b, choice.option[b]);
     for (int32_t n = shape.first; n <= shape.last; ++n) {
       if (!o.recompute[n - shape.first]) continue;
-      for (ValueId v : program.nodes[n].outputs) keep_wanted[v] = false;
+      for (ValueId v : program.nodes[n].outputs) {
+        if (!shape.pinned[v - shape.first_value]) keep_wanted[v] = false;
+      }
     }
   }
   return complete_plan(program, keep_wanted);
