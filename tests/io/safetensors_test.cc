@@ -107,7 +107,9 @@ TEST_F(SafetensorsTest, HeaderLayoutIsStandard) {
   // Data in entry order: "first" at [0, 8), "second" at [8, 20).
   EXPECT_NE(header.find("\"data_offsets\":[0,8]"), std::string::npos) << header;
   EXPECT_NE(header.find("\"data_offsets\":[8,20]"), std::string::npos) << header;
-  EXPECT_NE(header.find("\"__metadata__\":{\"format\":\"pt\"}"), std::string::npos) << header;
+  // The metadata holds the user's keys and a CRC-32C per tensor.
+  EXPECT_NE(header.find("\"__metadata__\":{\"crc32c.first\":\""), std::string::npos) << header;
+  EXPECT_NE(header.find("\"format\":\"pt\"}"), std::string::npos) << header;
   EXPECT_EQ(fs::file_size(path), 8 + len + 20);
 }
 
