@@ -41,7 +41,8 @@ std::string parent_of(const std::string& path) {
 std::string nearest_existing(std::string folder) {
   struct stat st;
   while (::stat(folder.c_str(), &st) != 0) {
-    if (errno != ENOENT) break;  // e.g. ENOTDIR: reported by the caller's check
+    // ENOTDIR: a file stands where a folder should; walking up finds it.
+    if (errno != ENOENT && errno != ENOTDIR) break;
     const std::string up = parent_of(folder);
     if (up == folder) break;
     folder = up;
