@@ -217,6 +217,18 @@ def test_empty_config_says_defaults():
               "defaults" in proc.stderr, "a config that sets no keys says the defaults are used")
 
 
+def test_mfu_never_above_100_percent():
+    """A peak set far too low (as a disturbed measurement once read) cannot give MFU > 100%."""
+    with tempfile.TemporaryDirectory(prefix="remat-fail-") as tmp:
+        tmp = Path(tmp)
+        proc = run(train_args(tmp, "--training.steps", "3", "--metrics.peak_flops", "1e6"), tmp)
+        lines = metrics_lines(tmp / "m.jsonl") if proc.returncode == 0 else []
+        check(len(lines) == 3 and all(0 < m["mfu"] <= m["hfu"] <= 1.0 for m in lines),
+              "MFU and HFU stay <= 100% with a peak set too low: " +
+              str([(m["mfu"], m["hfu"]) for m in lines]))
+        check("above the peak" in proc.stdout, "the log says the peak was raised")
+
+
 def main():
     test_signal_stops_saves_and_says_so("SIGTERM", signal.SIGTERM, 143, storm=False)
     test_signal_stops_saves_and_says_so("SIGINT storm", signal.SIGINT, 130, storm=True)
@@ -225,6 +237,7 @@ def main():
     test_stale_temporary_is_removed_and_checksums_stored()
     test_eval_of_nan_weights_fails()
     test_empty_config_says_defaults()
+    test_mfu_never_above_100_percent()
     print(f"{len(failures)} failing check(s)" if failures else "all checks ok")
     return 1 if failures else 0
 
