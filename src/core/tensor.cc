@@ -1,12 +1,18 @@
 #include "core/tensor.h"
 
 #include <cstring>
+#include <stdexcept>
 
 namespace remat {
 
 int64_t numel(const Shape& shape) {
   int64_t n = 1;
-  for (int64_t d : shape) n *= d;
+  for (int64_t d : shape) {
+    // Sizes are bounded before any program is built (models/limits.h); a
+    // shape that still overflows is a bug, reported instead of wrapping.
+    if (d < 0 || __builtin_mul_overflow(n, d, &n))
+      throw std::overflow_error("numel: shape " + to_string(shape) + " overflows int64");
+  }
   return n;
 }
 

@@ -1,5 +1,6 @@
 #include "graph/op.h"
 
+#include <initializer_list>
 #include <stdexcept>
 
 #include "graph/program.h"
@@ -59,16 +60,25 @@ std::vector<Shape> infer_output_shapes(const Node& node) {
 }
 
 namespace {
+// The product of the factors; models/limits.h keeps it far below 2^63, so
+// an overflow here is a bug, reported instead of wrapping.
+int64_t product(std::initializer_list<int64_t> factors) {
+  int64_t p = 1;
+  for (int64_t f : factors)
+    if (__builtin_mul_overflow(p, f, &p)) throw std::overflow_error("FLOP count overflows int64");
+  return p;
+}
+
 int64_t attention_core_flops(const OpAttrs& a) {
   // QK^T and PV, each 2 * s * s * d per head and batch row.
-  return 4 * a.batch * a.heads * a.seq * a.seq * a.head_dim;
+  return product({4, a.batch, a.heads, a.seq, a.seq, a.head_dim});
 }
 }  // namespace
 
 int64_t forward_flops(const Node& node) {
   switch (node.kind) {
     case OpKind::kLinear:
-    case OpKind::kGroupedLinear: return 2 * node.attrs.m * node.attrs.k * node.attrs.n;
+    case OpKind::kGroupedLinear: return product({2, node.attrs.m, node.attrs.k, node.attrs.n});
     case OpKind::kAttention: return attention_core_flops(node.attrs);
     default: return 0;
   }

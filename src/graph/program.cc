@@ -1,11 +1,14 @@
 #include "graph/program.h"
 
+#include <stdexcept>
+
 namespace remat {
 
 int64_t Program::num_parameters() const {
   int64_t n = 0;
   for (const Param& p : params) {
-    if (p.trainable) n += numel(p.shape);
+    if (p.trainable && __builtin_add_overflow(n, numel(p.shape), &n))
+      throw std::overflow_error("num_parameters overflows int64");
   }
   return n;
 }

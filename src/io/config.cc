@@ -8,9 +8,11 @@
 
 #include <toml++/toml.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -19,9 +21,11 @@
 #include <sstream>
 #include <string_view>
 #include <system_error>
+#include <thread>
 #include <variant>
 
 #include "core/error.h"
+#include "io/files.h"
 
 namespace remat {
 namespace {
@@ -373,6 +377,16 @@ void apply_overrides(Schema& schema, const std::vector<std::string>& args) {
   }
 }
 
+// True for a file that is empty or only comments: parse_job_config has
+// accepted it, so it parses.
+bool sets_no_keys(const std::string& text) {
+  try {
+    return toml::parse(text).empty();
+  } catch (const toml::parse_error&) {
+    return false;
+  }
+}
+
 // ---- validation ----------------------------------------------------------------
 
 bool is_decimal(std::string_view s) {
@@ -439,6 +453,18 @@ void validate(const JobConfig& c, Schema& schema) {
   v.require(t.steps >= 0, "training.steps", "an integer >= 0");
   v.require(t.max_norm > 0, "training.max_norm", "a number > 0");
   v.require(t.threads >= 0, "training.threads", "an integer >= 0 (0: all cores)");
+  // Bounds that keep later arithmetic exact (token slots are exact fp32
+  // integers up to 2^24) and the thread pool within what the machine runs.
+  constexpr int64_t kMaxTokenDim = int64_t{1} << 24;
+  v.require(t.seq_len <= kMaxTokenDim, "training.seq_len", "an integer <= 16777216 (2^24)");
+  v.require(t.local_batch_size <= kMaxTokenDim, "training.local_batch_size",
+            "an integer <= 16777216 (2^24)");
+  const int64_t max_threads = max_training_threads();
+  v.require(t.threads <= max_threads, "training.threads",
+            "an integer in [0, " + std::to_string(max_threads) +
+                "] (0: all cores; at most 4 x the cores of this machine, and 1024)");
+  v.require(m.ffn_dim_multiplier >= 0, "model.ffn_dim_multiplier",
+            "a number > 0, or 0 for the flavor's");
 
   const auto& o = c.optimizer;
   v.require(o.name == "AdamW", "optimizer.name", "\"AdamW\" (the only optimizer)");
@@ -503,6 +529,11 @@ void validate(const JobConfig& c, Schema& schema) {
 
 double parse_memory_size(const std::string& text) { return parse_size(text); }
 
+int64_t max_training_threads() {
+  const int64_t cores = std::max(1u, std::thread::hardware_concurrency());
+  return std::min<int64_t>(4 * cores, 1024);
+}
+
 JobConfig parse_job_config(const std::string& toml_text, const std::string& source_name,
                            const std::vector<std::string>& overrides) {
   JobConfig config;
@@ -514,18 +545,22 @@ JobConfig parse_job_config(const std::string& toml_text, const std::string& sour
 }
 
 JobConfig load_job_config(const std::string& path, const std::vector<std::string>& overrides) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  const fs::file_status status = fs::status(path, ec);
-  const std::string prefix = "config error: cannot read config file '" + path + "': ";
-  if (!fs::exists(status)) throw InputError(prefix + "no such file (expected a TOML job config, e.g. configs/llama3_debug.toml)");
-  if (fs::is_directory(status)) throw InputError(prefix + "is a directory, expected a TOML file");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(prefix + std::strerror(errno));
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) throw InputError(prefix + "read failed");
-  return parse_job_config(text.str(), path, overrides);
+  std::string text;
+  try {
+    // A job config is a few kilobytes; 16 MiB bounds what a mistaken path
+    // (a dataset, /proc/...) can make remat read.
+    text = read_regular_file(path, "config file", "a TOML file", int64_t{16} << 20);
+  } catch (const InputError& e) {
+    throw InputError(std::string("config error: ") + e.what() +
+                     " (a TOML job config, e.g. configs/llama3_debug.toml)");
+  }
+  JobConfig config = parse_job_config(text, path, overrides);
+  if (sets_no_keys(text))
+    std::fprintf(stderr,
+                 "note: config file '%s' sets no keys: the run uses the built-in defaults "
+                 "(and any --section.key overrides)\n",
+                 path.c_str());
+  return config;
 }
 
 }  // namespace remat

@@ -104,6 +104,10 @@ struct JobConfig {
 JobConfig load_job_config(const std::string& path,
                           const std::vector<std::string>& overrides);
 
+// The largest training.threads accepted: 4 x the cores, at most 1024 (an
+// OpenMP pool of 100000 threads overflows the stack rather than failing).
+int64_t max_training_threads();
+
 // "12GiB", "512MiB", "80GB": bytes; 0 if the text is not a size.
 double parse_memory_size(const std::string& text);
 

@@ -1,5 +1,7 @@
 #include "io/dataset.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -10,6 +12,7 @@
 #include <stdexcept>
 
 #include "core/error.h"
+#include "io/files.h"
 #include "io/npy.h"
 #include "io/tokenizer.h"
 
@@ -28,18 +31,21 @@ std::string with_commas(int64_t n) {
   return out;
 }
 
+// A text file becomes 4-byte token ids (plus its own bytes while it is
+// tokenised), so one larger than a fifth of the RAM cannot be loaded: say so
+// up front instead of failing in the allocator.
+int64_t max_text_bytes() {
+  const int64_t ram = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
+  return std::max<int64_t>(ram / 5, 1 << 20);
+}
+
 std::string read_text_file(const std::string& path) {
-  std::error_code ec;
-  const auto status = fs::status(path, ec);
-  const std::string prefix = "dataset error: cannot read '" + path + "': ";
-  if (!fs::exists(status)) throw InputError(prefix + "no such file");
-  if (fs::is_directory(status)) throw InputError(prefix + "is a directory, expected a file");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(prefix + std::strerror(errno));
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) throw InputError(prefix + "read failed");
-  return text.str();
+  try {
+    return read_regular_file(path, "dataset file", "a regular text or JSONL file",
+                             max_text_bytes());
+  } catch (const InputError& e) {
+    throw InputError(std::string("dataset error: ") + e.what());
+  }
 }
 
 ByteTokenizer text_tokenizer(const std::string& tokenizer, const std::string& path,

@@ -18,6 +18,7 @@
 #include <system_error>
 
 #include "core/error.h"
+#include "io/files.h"
 
 namespace remat {
 namespace {
@@ -160,26 +161,15 @@ void write_npy(const std::string& path, const std::string& descr, const void* da
   if (header.size() > std::numeric_limits<uint16_t>::max())
     throw std::invalid_argument("npy: shape too long for a 1.0 header");
 
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) fail(tmp, std::string("cannot open for writing: ") + std::strerror(errno));
-    const uint16_t length = static_cast<uint16_t>(header.size());
-    const char version[2] = {1, 0};
-    out.write(kMagic, kMagicSize);
-    out.write(version, 2);
-    out.write(reinterpret_cast<const char*>(&length), 2);
-    out.write(header.data(), static_cast<std::streamsize>(header.size()));
-    out.write(static_cast<const char*>(data), bytes);
-    out.flush();
-    if (!out) fail(tmp, std::string("write failed: ") + std::strerror(errno));
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::filesystem::remove(tmp, ec);
-    fail(path, "cannot rename the temporary file into place: " + ec.message());
-  }
+  const uint16_t length = static_cast<uint16_t>(header.size());
+  const char version[2] = {1, 0};
+  AtomicFile out(path, "npy output");
+  out.write(kMagic, kMagicSize);
+  out.write(version, 2);
+  out.write(&length, 2);
+  out.write(header.data(), static_cast<int64_t>(header.size()));
+  out.write(data, bytes);
+  out.commit();
 }
 
 }  // namespace
@@ -190,6 +180,8 @@ std::vector<int32_t> read_npy_tokens(const std::string& path) {
   const auto status = fs::status(path, ec);
   if (!fs::exists(status)) fail(path, "no such file");
   if (fs::is_directory(status)) fail(path, "is a directory, expected a .npy token file");
+  if (!fs::is_regular_file(status))
+    fail(path, "is not a regular file (a device, FIFO or socket), expected a .npy token file");
   std::ifstream in(path, std::ios::binary);
   if (!in) fail(path, std::string("cannot open: ") + std::strerror(errno));
   const int64_t file_size = static_cast<int64_t>(fs::file_size(path, ec));
@@ -249,9 +241,9 @@ std::vector<int32_t> read_npy_tokens(const std::string& path) {
   const int64_t count = shape[0];
   const int64_t available = file_size - data_offset;
   if (count > available / item_size)
-    fail(path, "truncated data: the shape says " + std::to_string(count) + " tokens (" +
-                   std::to_string(count * item_size) + " bytes) but only " +
-                   std::to_string(available) + " bytes follow the header");
+    fail(path, "truncated data: the shape says " + std::to_string(count) + " tokens of " +
+                   std::to_string(item_size) + " bytes but only " + std::to_string(available) +
+                   " bytes follow the header");
 
   std::vector<int32_t> tokens(static_cast<size_t>(count));
   // Read in chunks so a large token file costs one int32 copy, not two.

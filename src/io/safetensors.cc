@@ -1,6 +1,8 @@
 #include "io/safetensors.h"
 
+#include <algorithm>
 #include <bit>
+#include <charconv>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -10,7 +12,9 @@
 #include <stdexcept>
 #include <system_error>
 
+#include "core/checksum.h"
 #include "core/error.h"
+#include "io/files.h"
 
 namespace remat {
 
@@ -22,6 +26,9 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+
+// Metadata key of a tensor's CRC-32C: "crc32c.<tensor name>" -> 8 hex digits.
+const std::string kChecksumPrefix = "crc32c.";
 
 std::string shape_string(const std::vector<int64_t>& shape) {
   std::string s = "[";
@@ -66,28 +73,32 @@ bool as_offset(const json& j, uint64_t& out) {
 }  // namespace
 
 void save_safetensors(const std::string& path, const std::vector<SafetensorsEntry>& tensors,
-                      const std::map<std::string, std::string>& metadata) {
+                      const std::map<std::string, std::string>& metadata, const std::string& key) {
   json header = json::object();
+  std::map<std::string, std::string> all_metadata = metadata;
   uint64_t offset = 0;
+  std::vector<uint64_t> sizes;
   for (const SafetensorsEntry& t : tensors) {
     if (t.name.empty() || t.name == "__metadata__")
       throw std::invalid_argument("save_safetensors: invalid tensor name '" + t.name + "'");
     if (header.contains(t.name))
       throw std::invalid_argument("save_safetensors: duplicate tensor name '" + t.name + "'");
-    int64_t n = 1;
     for (int64_t d : t.shape) {
       if (d < 0)
         throw std::invalid_argument("save_safetensors: negative dim in shape of '" + t.name + "'");
-      n *= d;
     }
+    const int64_t n = checked_numel(t.shape, std::numeric_limits<uint64_t>::max() / 8);
+    if (n < 0) throw std::invalid_argument("save_safetensors: shape of '" + t.name + "' overflows");
     if (n > 0 && t.data == nullptr)
       throw std::invalid_argument("save_safetensors: null data for '" + t.name + "'");
     const uint64_t bytes = static_cast<uint64_t>(n) * 4;
     header[t.name] = {
         {"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
+    all_metadata[kChecksumPrefix + t.name] = crc32c_hex(crc32c(t.data, bytes));
+    sizes.push_back(bytes);
     offset += bytes;
   }
-  if (!metadata.empty()) header["__metadata__"] = metadata;
+  if (!all_metadata.empty()) header["__metadata__"] = all_metadata;
 
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');
@@ -95,41 +106,13 @@ void save_safetensors(const std::string& path, const std::vector<SafetensorsEntr
   unsigned char len_bytes[8];
   for (int i = 0; i < 8; ++i) len_bytes[i] = static_cast<unsigned char>(header_len >> (8 * i));
 
-  const fs::path target(path);
-  std::error_code ec;
-  if (target.has_parent_path()) {
-    fs::create_directories(target.parent_path(), ec);
-    if (ec)
-      fail(path, "cannot create directory " + target.parent_path().string() + ": " + ec.message());
+  AtomicFile out(path, key, /*make_folders=*/true);
+  out.write(len_bytes, 8);
+  out.write(text.data(), static_cast<int64_t>(text.size()));
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (sizes[i] > 0) out.write(tensors[i].data, static_cast<int64_t>(sizes[i]));
   }
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) fail(path, "cannot open " + tmp + " for writing");
-    out.write(reinterpret_cast<const char*>(len_bytes), 8);
-    out.write(text.data(), static_cast<std::streamsize>(text.size()));
-    for (const SafetensorsEntry& t : tensors) {
-      int64_t n = 1;
-      for (int64_t d : t.shape) n *= d;
-      if (n > 0)
-        out.write(reinterpret_cast<const char*>(t.data), static_cast<std::streamsize>(n * 4));
-    }
-    out.flush();
-    if (!out) {
-      out.close();
-      fs::remove(tmp, ec);
-      fail(path, "error while writing " + tmp + " (disk full?)");
-    }
-    out.close();
-    if (!out) {
-      fs::remove(tmp, ec);
-      fail(path, "error while closing " + tmp);
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    fs::remove(tmp, ec);
-    fail(path, "cannot rename " + tmp + " to " + path);
-  }
+  out.commit();
 }
 
 SafetensorsReader SafetensorsReader::open(const std::string& path) {
@@ -137,6 +120,8 @@ SafetensorsReader SafetensorsReader::open(const std::string& path) {
   const fs::file_status status = fs::status(path, ec);
   if (ec || !fs::exists(status)) fail(path, "no such file (expected a .safetensors file)");
   if (fs::is_directory(status)) fail(path, "is a directory, expected a .safetensors file");
+  if (!fs::is_regular_file(status))
+    fail(path, "is not a regular file (a device, FIFO or socket), expected a .safetensors file");
   const uint64_t file_size = fs::file_size(path, ec);
   if (ec) fail(path, "cannot determine its size: " + ec.message());
 
@@ -217,7 +202,59 @@ SafetensorsReader SafetensorsReader::open(const std::string& path) {
     info.bytes = end - begin;
     reader.tensors_.emplace(name, std::move(info));
   }
+  check_layout(path, reader.tensors_, data_start, data_size);
+  reader.take_checksums();
   return reader;
+}
+
+// The safetensors format: tensors tile the data area exactly, in some order,
+// with no gap and no overlap (an overlap would alias two tensors; a gap or a
+// shift hides bytes no tensor owns, the mark of a corrupt header).
+void SafetensorsReader::check_layout(const std::string& path,
+                                     const std::map<std::string, Info>& tensors,
+                                     uint64_t data_start, uint64_t data_size) {
+  std::vector<std::pair<uint64_t, const std::string*>> by_begin;
+  for (const auto& [name, info] : tensors) by_begin.push_back({info.begin - data_start, &name});
+  std::sort(by_begin.begin(), by_begin.end(), [&](const auto& a, const auto& b) {
+    const uint64_t a_end = a.first + tensors.at(*a.second).bytes;
+    const uint64_t b_end = b.first + tensors.at(*b.second).bytes;
+    return a.first != b.first ? a.first < b.first : a_end < b_end;
+  });
+  uint64_t expected = 0;
+  for (const auto& [begin, name] : by_begin) {
+    if (begin != expected)
+      fail(path, "tensor '" + *name + "' starts at data offset " + std::to_string(begin) +
+                     ", expected " + std::to_string(expected) +
+                     (begin < expected ? " (it overlaps the tensor before it)"
+                                       : " (a gap no tensor owns)") +
+                     ": tensors must tile the data area without gaps or overlaps");
+    expected = begin + tensors.at(*name).bytes;
+  }
+  if (expected != data_size)
+    fail(path, std::to_string(data_size - expected) + " bytes after the last tensor belong to "
+               "no tensor (expected the data area to end where the last tensor ends)");
+}
+
+// Moves the "crc32c.<name>" metadata entries into the tensors they check.
+void SafetensorsReader::take_checksums() {
+  for (auto it = metadata_.begin(); it != metadata_.end();) {
+    if (!it->first.starts_with(kChecksumPrefix)) {
+      ++it;
+      continue;
+    }
+    const std::string name = it->first.substr(kChecksumPrefix.size());
+    auto tensor = tensors_.find(name);
+    if (tensor == tensors_.end())
+      fail(path_, "__metadata__ has a checksum for '" + name + "', which is not a tensor here");
+    const std::string& hex = it->second;
+    uint32_t crc = 0;
+    auto [end, ec] = std::from_chars(hex.data(), hex.data() + hex.size(), crc, 16);
+    if (hex.size() != 8 || ec != std::errc() || end != hex.data() + hex.size())
+      fail(path_, "__metadata__ checksum of '" + name + "' is \"" + hex +
+                      "\", expected 8 hexadecimal digits");
+    tensor->second.crc32c = crc;
+    it = metadata_.erase(it);
+  }
 }
 
 bool SafetensorsReader::has(const std::string& name) const { return tensors_.count(name) != 0; }
@@ -255,6 +292,10 @@ void SafetensorsReader::read(const std::string& name, const std::vector<int64_t>
   if (!in || static_cast<uint64_t>(in.gcount()) != t.bytes)
     fail(path_, "could not read the " + std::to_string(t.bytes) + " bytes of tensor '" + name +
                     "' (file changed or truncated since it was opened?)");
+  if (t.crc32c && crc32c(dst, t.bytes) != *t.crc32c)
+    fail(path_, "tensor '" + name + "' fails its checksum (stored CRC-32C " +
+                    crc32c_hex(*t.crc32c) + ", computed " + crc32c_hex(crc32c(dst, t.bytes)) +
+                    "): the file is corrupt");
 }
 
 }  // namespace remat

@@ -8,9 +8,15 @@
 // interchange with PyTorch tooling (tests/oracle/llama_ref.py reads and writes
 // it by hand).
 //
-// Writing is atomic: the bytes go to `path + ".tmp"`, which is then renamed
-// over `path`, so a crash never leaves a half-written checkpoint under the
-// real name. Reading seeks to one tensor at a time; files can be gigabytes.
+// Writing is atomic and durable (io/files.h AtomicFile): the bytes go to
+// `path + ".tmp"`, fsync'ed, renamed over `path`, so a crash never leaves a
+// half-written checkpoint under the real name. Reading seeks to one tensor at
+// a time; files can be gigabytes.
+//
+// Integrity: the writer stores each tensor's CRC-32C in the metadata as
+// "crc32c.<name>" (8 hex digits); read() checks it when present (files from
+// other tools have none). The reader requires what the format requires: the
+// tensors tile the data area exactly, without gaps or overlaps.
 //
 // Every problem with a file (missing, malformed, wrong dtype, a tensor absent
 // or of another shape) throws InputError naming the file and what was
@@ -19,6 +25,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,12 +37,14 @@ struct SafetensorsEntry {
   const float* data;  // numel(shape) floats, not owned
 };
 
-// Writes `tensors` (in this order) and the optional string metadata. Creates
-// the parent directories if needed. Names must be unique and non-empty and
-// may not be "__metadata__" (std::invalid_argument: a programming error);
-// failing to write throws InputError.
+// Writes `tensors` (in this order), their checksums and the optional string
+// metadata. Creates the parent directories if needed. Names must be unique
+// and non-empty and may not be "__metadata__" (std::invalid_argument: a
+// programming error); failing to write throws InputError naming `key` (the
+// config key or flag the path came from).
 void save_safetensors(const std::string& path, const std::vector<SafetensorsEntry>& tensors,
-                      const std::map<std::string, std::string>& metadata = {});
+                      const std::map<std::string, std::string>& metadata = {},
+                      const std::string& key = "output");
 
 class SafetensorsReader {
  public:
@@ -46,7 +55,9 @@ class SafetensorsReader {
   bool has(const std::string& name) const;
   std::vector<std::string> names() const;  // sorted
   std::vector<int64_t> shape(const std::string& name) const;
+  // The string metadata, without the checksums (those are checked by read()).
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  bool has_checksum(const std::string& name) const { return info(name).crc32c.has_value(); }
 
   // Copies the tensor into dst (numel(expected_shape) floats) after checking
   // that it exists and has exactly expected_shape.
@@ -57,8 +68,12 @@ class SafetensorsReader {
     std::vector<int64_t> shape;
     uint64_t begin = 0;  // absolute file offset of the first byte
     uint64_t bytes = 0;
+    std::optional<uint32_t> crc32c;  // from the metadata, if the writer stored one
   };
   const Info& info(const std::string& name) const;
+  static void check_layout(const std::string& path, const std::map<std::string, Info>& tensors,
+                           uint64_t data_start, uint64_t data_size);
+  void take_checksums();
 
   std::string path_;
   std::map<std::string, Info> tensors_;

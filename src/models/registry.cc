@@ -1,6 +1,7 @@
 #include "models/registry.h"
 
 #include "core/error.h"
+#include "models/limits.h"
 #include "models/llama3.h"
 #include "models/llama4.h"
 
@@ -9,6 +10,7 @@ namespace remat {
 BuiltModel build_model(const JobConfig::Model& model, int64_t batch, int64_t seq) {
   if (model.name == "llama4") {
     const Llama4Args args = resolve_llama4_args(model);
+    check_model_limits(args.base, &args, batch, seq);
     BuiltModel built{build_llama4_program(args, batch, seq), {}};
     ModelSummary& s = built.summary;
     const TransformerArgs& t = args.base;
@@ -30,6 +32,7 @@ BuiltModel build_model(const JobConfig::Model& model, int64_t batch, int64_t seq
                      "\" is not available in this build (expected \"llama3\" or \"llama4\")");
   }
   const TransformerArgs args = resolve_llama3_args(model);
+  check_model_limits(args, nullptr, batch, seq);
   BuiltModel built{build_llama3_program(args, batch, seq), {}};
   ModelSummary& s = built.summary;
   s.family = "llama3";

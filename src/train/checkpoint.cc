@@ -1,9 +1,12 @@
 #include "train/checkpoint.h"
 
+#include <charconv>
 #include <map>
+#include <stdexcept>
 
 #include "core/error.h"
 #include "io/safetensors.h"
+#include "train/numerics.h"
 
 namespace remat {
 
@@ -25,7 +28,27 @@ void save_checkpoint(const std::string& path, const ModelState& state, int64_t s
       entries.push_back({kExpAvgSq + params[i].fqn, params[i].shape, state.exp_avg_sq[i].data()});
     }
   }
-  save_safetensors(path, entries, {{"step", std::to_string(step)}, {"format", "remat"}});
+  // A checkpoint is the state to go back to: it must never hold NaN or inf.
+  for (const SafetensorsEntry& e : entries) {
+    if (!all_finite(e.data, numel(e.shape)))
+      throw std::runtime_error("refusing to write checkpoint " + path + ": tensor '" + e.name +
+                               "' holds non-finite values");
+  }
+  save_safetensors(path, entries, {{"step", std::to_string(step)}, {"format", "remat"}},
+                   "checkpoint.folder");
+}
+
+int64_t checkpoint_step(const SafetensorsReader& reader) {
+  auto it = reader.metadata().find("step");
+  if (it == reader.metadata().end()) return 0;
+  // The whole text must be the number: "1e3" is not step 1, "-5" no step.
+  const std::string& text = it->second;
+  int64_t step = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), step);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size() || step < 0)
+    throw InputError("checkpoint error: '" + reader.path() + "' has step metadata \"" + text +
+                     "\", expected a non-negative decimal integer");
+  return step;
 }
 
 int64_t load_checkpoint(const std::string& path, ModelState& state, bool with_optimizer) {
@@ -45,15 +68,7 @@ int64_t load_checkpoint(const std::string& path, ModelState& state, bool with_op
       reader.read(kExpAvgSq + params[i].fqn, params[i].shape, state.exp_avg_sq[i].data());
     }
   }
-  int64_t step = 0;
-  if (auto it = reader.metadata().find("step"); it != reader.metadata().end()) {
-    try {
-      step = std::stoll(it->second);
-    } catch (const std::exception&) {
-      throw InputError("checkpoint error: '" + path + "' has step metadata '" + it->second +
-                       "', expected an integer");
-    }
-  }
+  const int64_t step = checkpoint_step(reader);
   return step;
 }
 

@@ -1,13 +1,11 @@
 #include "train/trainer.h"
 
-#include <atomic>
 #include <chrono>
-#include <csignal>
+#include <cmath>
 #include <cstdlib>
 #include <map>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <thread>
 
@@ -15,6 +13,7 @@
 #include "ac/report.h"
 #include "core/error.h"
 #include "io/dataset.h"
+#include "io/files.h"
 #include "io/npy.h"
 #include "io/safetensors.h"
 #include "kernels/cpu/kernels.h"
@@ -26,14 +25,13 @@
 #include "train/load_balance.h"
 #include "train/lr_schedule.h"
 #include "train/metrics.h"
+#include "train/numerics.h"
 #include "train/optimizer.h"
+#include "train/stop_signal.h"
 
 namespace remat {
 
 namespace {
-
-std::atomic<bool> g_stop_requested{false};
-void on_sigint(int) { g_stop_requested = true; }
 
 int configure_threads(const JobConfig& config) {
   int threads = static_cast<int>(config.training.threads);
@@ -42,10 +40,53 @@ int configure_threads(const JobConfig& config) {
   return threads;
 }
 
+std::string checkpoint_folder(const JobConfig& config) {
+  return (std::filesystem::path(config.job.dump_folder) / config.checkpoint.folder).string();
+}
+
 std::string checkpoint_path(const JobConfig& config, int64_t step) {
-  return (std::filesystem::path(config.job.dump_folder) / config.checkpoint.folder /
+  return (std::filesystem::path(checkpoint_folder(config)) /
           ("step-" + std::to_string(step) + ".safetensors"))
       .string();
+}
+
+// Every place the run will write is checked before training starts, so an
+// unwritable folder or a metrics path naming a device fails in a second
+// (exit 2), not after hours of training. Nothing is created here.
+void check_output_places(const JobConfig& config, bool writes_checkpoints) {
+  if (!config.metrics.jsonl_path.empty())
+    check_output_file(config.metrics.jsonl_path, "metrics.jsonl_path");
+  if (writes_checkpoints) {
+    check_output_folder(config.job.dump_folder, "job.dump_folder");
+    check_output_folder(checkpoint_folder(config), "checkpoint.folder");
+  }
+}
+
+// A save killed before its rename leaves "step-N.safetensors.tmp" (as large
+// as a checkpoint); the next run removes them.
+void remove_stale_checkpoint_temporaries(const JobConfig& config) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(checkpoint_folder(config), ec)) {
+    const std::string name = entry.path().filename().string();
+    if (!name.starts_with("step-") || !name.ends_with(".safetensors.tmp")) continue;
+    const std::string target = entry.path().string();
+    if (remove_stale_temporary(target.substr(0, target.size() - 4)))
+      std::printf("removed %s, left by an interrupted save\n", target.c_str());
+  }
+}
+
+// One JSON object per logged step; non-finite values are written as null.
+std::string metrics_json(const StepMetrics& m, int64_t activation_bytes_at_peak,
+                         int64_t max_activation_bytes) {
+  return "{\"step\": " + std::to_string(m.step) + ", \"loss\": " + json_number(m.loss) +
+         ", \"grad_norm\": " + json_number(m.grad_norm) + ", \"lr\": " + json_number(m.lr) +
+         ", \"peak_bytes\": " + std::to_string(m.peak_bytes) +
+         ", \"activation_bytes_at_peak\": " + std::to_string(activation_bytes_at_peak) +
+         ", \"max_activation_bytes\": " + std::to_string(max_activation_bytes) +
+         ", \"tps\": " + json_number(m.tokens_per_second) +
+         ", \"mfu\": " + json_number(m.model_flops_per_second / m.peak_flops) +
+         ", \"hfu\": " + json_number(m.hardware_flops_per_second / m.peak_flops) + "}";
 }
 
 void print_model(const ModelSummary& s, const Program& program) {
@@ -92,9 +133,15 @@ int run_train(const JobConfig& config) {
                        "dataset \"fortunes\")");
     }
   }
-  if (!config.checkpoint.load.empty()) SafetensorsReader::open(config.checkpoint.load);
+  if (!config.checkpoint.load.empty())
+    checkpoint_step(SafetensorsReader::open(config.checkpoint.load));
+  check_output_places(config, seed_only || config.checkpoint.enable);
   if (!seed_only) check_run_fits(config);
   const int threads = configure_threads(config);
+  if (seed_only || config.checkpoint.enable) {
+    create_folders(checkpoint_folder(config), "checkpoint.folder");
+    remove_stale_checkpoint_temporaries(config);
+  }
 
   Allocator allocator;
   ModelState state(program, allocator, /*with_gradients=*/!seed_only);
@@ -117,14 +164,17 @@ int run_train(const JobConfig& config) {
   std::printf("dataset: %s\n", data.description.c_str());
   BatchLoader loader(std::move(data.tokens), t.local_batch_size, t.seq_len,
                      t.dataset_path.empty() ? t.dataset : t.dataset_path);
-  loader.set_position((start_step * t.local_batch_size) % loader.num_windows());
+  // (step x batch) mod windows, without forming the product of two large numbers.
+  const int64_t windows = loader.num_windows();
+  loader.set_position((start_step % windows) * (t.local_batch_size % windows) % windows);
 
-  const double peak_flops = config.metrics.peak_flops > 0
-                                ? config.metrics.peak_flops
-                                : cpu::measure_peak_flops(threads);
+  const bool peak_from_config = config.metrics.peak_flops > 0;
+  double peak_flops = peak_from_config ? config.metrics.peak_flops : cpu::best_peak_flops(threads);
+  std::string peak_source =
+      peak_from_config ? "metrics.peak_flops"
+                       : "measured: fp32 FMA on these threads, best of 5 runs of 0.05 s";
   std::printf("device: CPU, %d threads, peak %.1f GFLOP/s fp32 (%s), memory %s\n", threads,
-              peak_flops / 1e9, config.metrics.peak_flops > 0 ? "from config" : "measured FMA",
-              format_bytes(physical_memory_bytes()).c_str());
+              peak_flops / 1e9, peak_source.c_str(), format_bytes(physical_memory_bytes()).c_str());
   const int64_t flops_per_token =
       model_flops_per_token(model.summary.active_params, model.summary.embedding_params,
                             model.summary.attention_term, t.seq_len);
@@ -142,27 +192,35 @@ int run_train(const JobConfig& config) {
                           config.optimizer.weight_decay};
   std::vector<int32_t> inputs(t.local_batch_size * t.seq_len), targets(inputs.size());
 
-  std::ofstream metrics_file;
-  const std::string metrics_tmp = config.metrics.jsonl_path + ".tmp";
-  if (!config.metrics.jsonl_path.empty()) metrics_file.open(metrics_tmp);
+  // Metrics go straight to their final path, one flushed line per logged
+  // step, so a killed run keeps what it logged; a resumed run appends.
+  LineLog metrics_log;
+  if (!config.metrics.jsonl_path.empty())
+    metrics_log = LineLog(config.metrics.jsonl_path, "metrics.jsonl_path",
+                          /*append=*/!config.checkpoint.load.empty());
 
-  g_stop_requested = false;
-  auto previous_handler = std::signal(SIGINT, on_sigint);
+  StopSignals stop;
+  bool diverged = false;
   using Clock = std::chrono::steady_clock;
   auto window_start = Clock::now();
   int64_t window_tokens = 0, window_peak = 0, window_recompute_flops = 0;
   int64_t window_max_activations = 0;
   int64_t step = start_step;
-  while (step < t.steps && !g_stop_requested) {
+  while (step < t.steps && !stop.received()) {
     ++step;
     loader.next(inputs, targets);
     state.zero_gradients();
     allocator.reset_peak();
     const double loss = executor.run(Batch{inputs.data(), targets.data()});
     const double grad_norm = clip_grad_norm(state, t.max_norm);
+    // Checked before the optimizer, so the weights stay those of the last
+    // good step and no NaN reaches a checkpoint.
+    diverged = !std::isfinite(loss) || !std::isfinite(grad_norm);
     const MoeLoad moe = moe_load(state);  // read before the counts reset
-    update_expert_bias(state);
-    adamw_step(state, adamw, lr.at(step), step);
+    if (!diverged) {
+      update_expert_bias(state);
+      adamw_step(state, adamw, lr.at(step), step);
+    }
     window_tokens += static_cast<int64_t>(inputs.size());
     window_peak = std::max(window_peak, allocator.peak());
     window_max_activations = std::max(
@@ -170,7 +228,8 @@ int run_train(const JobConfig& config) {
     window_recompute_flops += executor.counts().recompute_flops;
     for (const auto& [op, seconds] : executor.counts().seconds_by_op) profile_seconds[op] += seconds;
 
-    if (step % config.metrics.log_freq == 0 || step == start_step + 1 || step == t.steps) {
+    if (diverged || step % config.metrics.log_freq == 0 || step == start_step + 1 ||
+        step == t.steps) {
       const double seconds = std::chrono::duration<double>(Clock::now() - window_start).count();
       StepMetrics m;
       m.step = step;
@@ -182,38 +241,51 @@ int run_train(const JobConfig& config) {
       m.model_flops_per_second = m.tokens_per_second * static_cast<double>(flops_per_token);
       m.hardware_flops_per_second =
           m.model_flops_per_second + static_cast<double>(window_recompute_flops) / seconds;
+      // No run can beat the device's peak: if one does, the peak was under-
+      // measured (or set too low) and the achieved rate is the better bound,
+      // so MFU and HFU never pass 100%.
+      if (m.hardware_flops_per_second > peak_flops) {
+        std::printf("note: achieved %.1f GFLOP/s, above the peak of %.1f GFLOP/s (%s); "
+                    "using the achieved rate as the peak from now on\n",
+                    m.hardware_flops_per_second / 1e9, peak_flops / 1e9, peak_source.c_str());
+        peak_flops = m.hardware_flops_per_second;
+        peak_source = "achieved at step " + std::to_string(step);
+      }
       m.peak_flops = peak_flops;
       m.lr = lr.at(step);
       const std::string moe_text = format_moe_load(moe);
       std::printf("%s%s%s\n", format_log_line(m).c_str(), moe_text.empty() ? "" : "  ",
                   moe_text.c_str());
       std::fflush(stdout);
-      if (metrics_file.is_open()) {
-        const MemorySnapshot& at_peak = allocator.at_peak();
-        char line[512];
-        std::snprintf(line, sizeof line,
-                      "{\"step\": %lld, \"loss\": %.17g, \"grad_norm\": %.17g, \"lr\": %.17g, "
-                      "\"peak_bytes\": %lld, \"activation_bytes_at_peak\": %lld, "
-                      "\"max_activation_bytes\": %lld, "
-                      "\"tps\": %.3f, \"mfu\": %.6f, \"hfu\": %.6f}\n",
-                      static_cast<long long>(step), loss, grad_norm, m.lr,
-                      static_cast<long long>(window_peak),
-                      static_cast<long long>(at_peak[MemoryCategory::kActivations]),
-                      static_cast<long long>(window_max_activations),
-                      m.tokens_per_second, m.model_flops_per_second / peak_flops,
-                      m.hardware_flops_per_second / peak_flops);
-        metrics_file << line;
+      if (metrics_log.is_open()) {
+        metrics_log.write_line(metrics_json(m, allocator.at_peak()[MemoryCategory::kActivations],
+                                            window_max_activations));
       }
       window_start = Clock::now();
       window_tokens = window_peak = window_recompute_flops = window_max_activations = 0;
+    }
+    if (diverged) {
+      std::fflush(stdout);
+      std::fprintf(stderr,
+                   "error: %s; training stopped before this step's optimizer update, and no "
+                   "checkpoint is written for it (lower optimizer.lr or training.max_norm, or resume from an earlier "
+                   "checkpoint)\n",
+                   non_finite_step_message(step, loss, grad_norm, program, state.grads).c_str());
+      break;
     }
     if (config.checkpoint.enable && step % config.checkpoint.interval == 0) {
       save_checkpoint(checkpoint_path(config, step), state, step, true);
     }
   }
-  std::signal(SIGINT, previous_handler);
-  if (g_stop_requested) std::printf("interrupted: stopping after step %lld\n", static_cast<long long>(step));
-  if (config.checkpoint.enable && step % config.checkpoint.interval != 0) {
+  const int signal = stop.received();
+  if (signal) {
+    std::printf("interrupted by %s: stopping after step %lld\n", StopSignals::name(signal),
+                static_cast<long long>(step));
+  }
+  // The final save runs with the handlers still installed: a second Ctrl-C
+  // cannot cut it short.
+  if (!diverged && config.checkpoint.enable && step > start_step &&
+      step % config.checkpoint.interval != 0) {
     const std::string path = checkpoint_path(config, step);
     save_checkpoint(path, state, step, true);
     std::printf("checkpoint written to %s\n", path.c_str());
@@ -226,9 +298,11 @@ int run_train(const JobConfig& config) {
       std::printf("  %-28s %9.3f s  %5.1f%%\n", op.c_str(), seconds, 100.0 * seconds / total);
     }
   }
-  if (metrics_file.is_open()) {
-    metrics_file.close();
-    std::filesystem::rename(metrics_tmp, config.metrics.jsonl_path);
+  if (diverged) return 1;
+  if (signal) {
+    std::printf("exit status %d: interrupted run (128 + %s)\n", stop.exit_status(),
+                StopSignals::name(signal));
+    return stop.exit_status();
   }
   return 0;
 }
@@ -264,7 +338,14 @@ int run_eval(const JobConfig& config) {
     fill_eval_rows(data.tokens, seq, r, 1, inputs, targets);
     sum += executor.run(Batch{inputs.data(), targets.data()});
   }
-  std::printf("validation loss: %.9g\n", sum / static_cast<double>(rows));
+  const double mean = sum / static_cast<double>(rows);
+  if (!std::isfinite(mean)) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "error: validation loss is not finite (%g): the weights in %s give "
+                 "NaN or infinite logits\n", mean, config.checkpoint.load.c_str());
+    return 1;
+  }
+  std::printf("validation loss: %.9g\n", mean);
   std::printf("(%lld rows of %lld tokens from %s)\n", static_cast<long long>(rows),
               static_cast<long long>(seq), config.validation.dataset.c_str());
   return 0;
@@ -280,6 +361,8 @@ int run_dump_gradients(const JobConfig& config, const std::string& tokens_path,
                      std::to_string(batch) + " rows of seq_len + 1");
   }
   if (config.checkpoint.load.empty()) throw InputError("grads needs --checkpoint.load FILE");
+  SafetensorsReader::open(config.checkpoint.load);
+  check_output_file(out_path, "--out");
   configure_threads(config);
   Allocator allocator;
   ModelState state(model.program, allocator, true);
@@ -294,7 +377,7 @@ int run_dump_gradients(const JobConfig& config, const std::string& tokens_path,
     entries.push_back({model.program.params[i].fqn, model.program.params[i].shape,
                        state.grads[i].data()});
   }
-  save_safetensors(out_path, entries);
+  save_safetensors(out_path, entries, {}, "--out");
   std::printf("loss: %.9g\n", loss);
   return 0;
 }

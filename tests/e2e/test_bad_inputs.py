@@ -14,9 +14,11 @@ Each case must:
 
 Usage: test_bad_inputs.py <path-to-remat>
 """
+import json
 import os
 import re
 import shutil
+import stat
 import struct
 import subprocess
 import sys
@@ -104,6 +106,14 @@ def run_case(case, seed_checkpoint):
                 (tmp / rel).mkdir(parents=True, exist_ok=True)
             elif data == "SEED":
                 write(tmp / rel, seed_checkpoint)
+            elif data == "FIFO":
+                os.mkfifo(tmp / rel)
+            elif data == "NULLDEV":  # a copy of /dev/null (root only)
+                os.mknod(tmp / rel, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+            elif isinstance(data, str) and data.startswith("SYMLINK:"):
+                os.symlink(data[len("SYMLINK:"):], tmp / rel)
+            elif callable(data):
+                write(tmp / rel, data(seed_checkpoint))
             else:
                 write(tmp / rel, data)
         dump = tmp / "outputs"
@@ -173,6 +183,40 @@ def make_seed_checkpoint():
         found = list(Path(tmp, "out").rglob("*.safetensors"))
         assert len(found) == 1, f"expected one seed checkpoint, found {found}"
         return found[0].read_bytes()
+
+
+def with_header(seed, edit):
+    """The seed checkpoint with its safetensors header JSON changed by edit(header)."""
+    n = struct.unpack("<Q", seed[:8])[0]
+    header = json.loads(seed[8:8 + n])
+    edit(header)
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * ((8 - len(text) % 8) % 8)
+    return struct.pack("<Q", len(text)) + text + seed[8 + n:]
+
+
+def with_step(step):
+    return lambda seed: with_header(seed, lambda h: h["__metadata__"].update(step=step))
+
+
+def with_overlap(seed):
+    """The second tensor (by offset) made to start inside the first."""
+    def edit(h):
+        names = sorted((k for k in h if k != "__metadata__"), key=lambda k: h[k]["data_offsets"][0])
+        second = h[names[1]]
+        begin, end = second["data_offsets"]
+        second["data_offsets"] = [begin - 4, end - 4]
+    return with_header(seed, edit)
+
+
+def with_flipped_byte(seed):
+    n = struct.unpack("<Q", seed[:8])[0]
+    data = bytearray(seed)
+    data[8 + n + 100] ^= 0x40  # inside the first tensor
+    return bytes(data)
+
+
+IS_ROOT = os.geteuid() == 0
 
 
 def cases():
@@ -274,6 +318,82 @@ def cases():
              ["activation_checkpoint.selective_ac_option", '"abc"', "expected", '"op"']),
         Case("lr_scheduler.decay_type exp", ["--lr_scheduler.decay_type", "exp"],
              ["lr_scheduler.decay_type", '"exp"', "expected", '"cosine"']),
+        # -- issue 9, finding 1 and 7: outputs never replace devices, FIFOs, links or folders
+        *([Case("metrics path is a copy of /dev/null", ["--metrics.jsonl_path", "null"],
+                ["metrics.jsonl_path", "'null'", "character device"],
+                files={"null": "NULLDEV"})] if IS_ROOT else []),
+        Case("metrics path /dev/null", ["--metrics.jsonl_path", "/dev/null"],
+             ["metrics.jsonl_path", "/dev/null", "character device"]),
+        Case("metrics path is a FIFO", ["--metrics.jsonl_path", "m.fifo"],
+             ["metrics.jsonl_path", "m.fifo", "FIFO"], files={"m.fifo": "FIFO"}),
+        Case("metrics path is a symlink", ["--metrics.jsonl_path", "m.link"],
+             ["metrics.jsonl_path", "m.link", "symbolic link"],
+             files={"m.link": "SYMLINK:metrics.jsonl"}),
+        Case("metrics path is a directory", ["--metrics.jsonl_path", "mdir"],
+             ["metrics.jsonl_path", "mdir", "a directory"], files={"mdir": None}),
+        Case("metrics path under a regular file", ["--metrics.jsonl_path", "afile/m.jsonl"],
+             ["metrics.jsonl_path", "afile", "expected a folder"], files={"afile": "x"}),
+        Case("dump_folder is a regular file",
+             ["--job.dump_folder", "afile", "--checkpoint.enable", "true"],
+             ["job.dump_folder", "afile", "expected a folder"], files={"afile": "x"}),
+        Case("checkpoint.folder is a regular file",
+             ["--checkpoint.enable", "true", "--checkpoint.folder", "cfile"],
+             ["checkpoint.folder", "cfile", "expected a folder"], files={"outputs/cfile": "x"}),
+        Case("grads --out /dev/null",
+             ["--tokens", "val.npy", "--out", "/dev/null", "--checkpoint.load",
+              "small.safetensors", "--model.dim", "128"],
+             ["--out", "/dev/null", "character device"], command="grads",
+             files={"val.npy": good_npy, "small.safetensors": "SEED"}),
+        # -- findings 2, 3, 4, 6, 8: absurd sizes exit 2 before allocating
+        Case("vocab_size 2^62", ["--model.vocab_size", "4611686018427387904"],
+             ["model.vocab_size", "4611686018427387904", "expected"]),
+        Case("seq_len 2^62", ["--training.seq_len", "4611686018427387904"],
+             ["training.seq_len", "4611686018427387904", "expected"]),
+        Case("local_batch_size 2^62", ["--training.local_batch_size", "4611686018427387904"],
+             ["training.local_batch_size", "4611686018427387904", "expected"]),
+        Case("ffn_dim_multiplier 1e-9", ["--model.ffn_dim_multiplier", "1e-9"],
+             ["model.ffn_dim_multiplier", "expected"]),
+        Case("threads 100000", ["--training.threads", "100000"],
+             ["training.threads", "100000", "expected an integer in [0, "]),
+        Case("threads 2^63-1", ["--training.threads", "9223372036854775807"],
+             ["training.threads", "9223372036854775807", "expected"]),
+        Case("dim 2^31", ["--model.dim", "2147483648"], ["model.dim", "2147483648", "expected"]),
+        Case("n_layers 2000000", ["--model.n_layers", "2000000"],
+             ["model.n_layers", "2000000", "expected at most"]),
+        Case("llama4 tokens x top_k over 2^24",
+             ["--model.name", "llama4", "--training.seq_len", "65536",
+              "--training.local_batch_size", "512"], ["top_k", "2^24"]),
+        # -- finding 9: checkpoint step metadata parsed strictly
+        Case("checkpoint step 1e3", ["--checkpoint.load", "s.safetensors", "--model.dim", "128"],
+             ["s.safetensors", '"1e3"', "expected a non-negative decimal integer"],
+             files={"s.safetensors": with_step("1e3")}),
+        Case("checkpoint step -5", ["--checkpoint.load", "s.safetensors", "--model.dim", "128"],
+             ["s.safetensors", '"-5"', "expected a non-negative decimal integer"],
+             files={"s.safetensors": with_step("-5")}),
+        # -- finding 10: inputs that are not regular files
+        Case("--config /dev/zero", ["--config", "/dev/zero"],
+             ["/dev/zero", "character device", "expected a TOML file"], with_config_flag=False),
+        Case("--config /dev/urandom", ["--config", "/dev/urandom"],
+             ["/dev/urandom", "character device"], with_config_flag=False),
+        Case("--config FIFO", ["--config", "c.fifo"], ["c.fifo", "FIFO"],
+             with_config_flag=False, files={"c.fifo": "FIFO"}),
+        Case("--config /proc/self/mem", ["--config", "/proc/self/mem"],
+             ["/proc/self/mem", "read failed"], with_config_flag=False),
+        Case("dataset_path /dev/zero", ["--training.dataset_path", "/dev/zero"],
+             ["training.dataset_path", "/dev/zero", "character device"]),
+        Case("dataset_path FIFO", ["--training.dataset_path", "d.fifo"],
+             ["training.dataset_path", "d.fifo", "FIFO"], files={"d.fifo": "FIFO"}),
+        Case("dataset_path .npy FIFO", ["--training.dataset_path", "d.npy"],
+             ["d.npy", "not a regular file"], files={"d.npy": "FIFO"}),
+        Case("checkpoint.load /dev/zero", ["--checkpoint.load", "/dev/zero"],
+             ["/dev/zero", "not a regular file"]),
+        # -- finding 12 and durable checkpoints: layout and checksums
+        Case("checkpoint with overlapping tensors",
+             ["--checkpoint.load", "o.safetensors", "--model.dim", "128"],
+             ["o.safetensors", "overlaps"], files={"o.safetensors": with_overlap}),
+        Case("checkpoint with a flipped byte",
+             ["--checkpoint.load", "f.safetensors", "--model.dim", "128"],
+             ["f.safetensors", "checksum", "corrupt"], files={"f.safetensors": with_flipped_byte}),
     ]
 
 

@@ -107,7 +107,9 @@ TEST_F(SafetensorsTest, HeaderLayoutIsStandard) {
   // Data in entry order: "first" at [0, 8), "second" at [8, 20).
   EXPECT_NE(header.find("\"data_offsets\":[0,8]"), std::string::npos) << header;
   EXPECT_NE(header.find("\"data_offsets\":[8,20]"), std::string::npos) << header;
-  EXPECT_NE(header.find("\"__metadata__\":{\"format\":\"pt\"}"), std::string::npos) << header;
+  // The metadata holds the user's keys and a CRC-32C per tensor.
+  EXPECT_NE(header.find("\"__metadata__\":{\"crc32c.first\":\""), std::string::npos) << header;
+  EXPECT_NE(header.find("\"format\":\"pt\"}"), std::string::npos) << header;
   EXPECT_EQ(fs::file_size(path), 8 + len + 20);
 }
 
@@ -269,6 +271,83 @@ TEST_F(SafetensorsTest, TruncatedAfterOpen) {
   fs::resize_file(path, fs::file_size(path) - 8);
   std::vector<float> got(16);
   expect_input_error([&] { r.read("x", {16}, got.data()); }, {path, "'x'"});
+}
+
+// The format: tensors tile the data area exactly. Overlaps alias tensors;
+// gaps, shifts and trailing bytes are the marks of a corrupt header.
+TEST_F(SafetensorsTest, OverlappingOffsetsAreRejected) {
+  const std::string path = craft(
+      "overlap.safetensors",
+      R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+      R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+      12);
+  expect_input_error([&] { SafetensorsReader::open(path); }, {path, "'b'", "overlaps"});
+  const std::string same = craft(
+      "alias.safetensors",
+      R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+      R"("b":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})",
+      8);
+  expect_input_error([&] { SafetensorsReader::open(same); }, {same, "overlaps"});
+}
+
+TEST_F(SafetensorsTest, GapsShiftsAndTrailingBytesAreRejected) {
+  const std::string shifted = craft(
+      "shift.safetensors", R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[2,10]}})", 10);
+  expect_input_error([&] { SafetensorsReader::open(shifted); },
+                     {shifted, "'a'", "starts at data offset 2, expected 0"});
+  const std::string gap = craft(
+      "gap.safetensors",
+      R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+      R"("b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})",
+      12);
+  expect_input_error([&] { SafetensorsReader::open(gap); }, {gap, "'b'", "gap"});
+  const std::string trailing = craft(
+      "trail.safetensors", R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 8);
+  expect_input_error([&] { SafetensorsReader::open(trailing); }, {trailing, "4 bytes after"});
+}
+
+TEST_F(SafetensorsTest, ChecksumCatchesAFlippedByte) {
+  std::vector<float> a(64);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i) * 0.5f;
+  const std::string path = file("w.safetensors");
+  save_safetensors(path, {{"a", {64}, a.data()}, {"b", {2}, a.data()}}, {{"step", "3"}});
+  SafetensorsReader clean = SafetensorsReader::open(path);
+  EXPECT_TRUE(clean.has_checksum("a"));
+  EXPECT_EQ(clean.metadata().size(), 1u);  // checksums are not user metadata
+  std::vector<float> got(64);
+  clean.read("a", {64}, got.data());
+  EXPECT_EQ(got, a);
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-20, std::ios::end);  // inside tensor "a" (b is the last 8 bytes)
+    char c = 0;
+    f.read(&c, 1);
+    f.seekp(-20, std::ios::end);
+    c = static_cast<char>(c ^ 0x01);
+    f.write(&c, 1);
+  }
+  SafetensorsReader flipped = SafetensorsReader::open(path);
+  expect_input_error([&] { flipped.read("a", {64}, got.data()); }, {path, "'a'", "checksum"});
+  std::vector<float> b(2);
+  flipped.read("b", {2}, b.data());  // the other tensor is intact
+}
+
+TEST_F(SafetensorsTest, MalformedChecksumMetadataIsRejected) {
+  const std::string bad_hex = craft(
+      "hex.safetensors",
+      R"({"__metadata__":{"crc32c.a":"xyz"},"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})",
+      4);
+  expect_input_error([&] { SafetensorsReader::open(bad_hex); }, {bad_hex, "8 hexadecimal"});
+  const std::string orphan = craft(
+      "orphan.safetensors",
+      R"({"__metadata__":{"crc32c.zz":"00000000"},"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})",
+      4);
+  expect_input_error([&] { SafetensorsReader::open(orphan); }, {orphan, "'zz'"});
+}
+
+TEST_F(SafetensorsTest, DevicesAreNotCheckpoints) {
+  expect_input_error([&] { SafetensorsReader::open("/dev/zero"); },
+                     {"/dev/zero", "not a regular file"});
 }
 
 }  // namespace

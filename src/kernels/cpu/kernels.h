@@ -142,5 +142,9 @@ void adamw_update(float* param, const float* grad, float* exp_avg, float* exp_av
 // threads, with AVX2 FMA on 8-wide vectors and enough independent chains to
 // cover latency. Takes about `seconds` of wall time.
 double measure_peak_flops(int threads, double seconds = 0.2);
+// The best of `runs` measurements of `seconds` each: another process taking
+// the cores during one run (which made a single measurement read half the
+// true peak, and MFU 149%) does not lower the result.
+double best_peak_flops(int threads, int runs = 5, double seconds = 0.05);
 
 }  // namespace remat::cpu

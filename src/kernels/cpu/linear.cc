@@ -3,8 +3,8 @@
 // Threading: OpenBLAS runs single-threaded and the work is split across the
 // OpenMP threads here, each calling sgemm on its own slice of the output. One
 // thread pool for the whole engine means no two pools spin against each
-// other on the same cores, and each output element is still reduced over K
-// in one fixed order, so results are deterministic for a thread count.
+// other on the same cores. Rows are cut into chunks that depend only on the
+// shape (split_rows), so results are bit-identical for any thread count.
 #include <cblas.h>
 #include <omp.h>
 
@@ -16,27 +16,33 @@ namespace remat::cpu {
 
 namespace {
 
-// [begin, end) of part `part` of `parts` near-equal slices of `total`.
-void slice(int64_t total, int parts, int part, int64_t& begin, int64_t& end) {
-  const int64_t base = total / parts, extra = total % parts;
-  begin = part * base + std::min<int64_t>(part, extra);
-  end = begin + base + (part < extra ? 1 : 0);
+// Rows per chunk: a function of the problem's row count only, never of the
+// thread count. OpenBLAS's sgemm rounds a row differently depending on the
+// row block it falls in (edge tiles of the NN layout take another path), so
+// slicing rows by thread count made results depend on the thread count
+// (issue 9, finding 14). Fixed chunks, shared out among threads, make every
+// row's arithmetic the same whichever thread runs it and however many there
+// are. About 16 chunks of at least 64 rows, a multiple of 16: balanced enough
+// for a few threads, and large enough that repacking the weight per chunk
+// costs little.
+int64_t chunk_rows(int64_t total) {
+  constexpr int64_t kTargetChunks = 8, kMinRows = 128, kAlign = 16;
+  const int64_t rows = (total + kTargetChunks - 1) / kTargetChunks;
+  return std::max(kMinRows, (rows + kAlign - 1) / kAlign * kAlign);
 }
 
-// Runs body(begin, end) on slices of `total` rows, one per thread; small
-// problems stay on one thread.
+// Runs body(begin, end) on each fixed chunk of `total` rows, chunks spread
+// over the threads; small problems run their chunks on one thread.
 template <typename Body>
 void split_rows(int64_t total, int64_t work_per_row, Body body) {
+  const int64_t rows = chunk_rows(total);
+  const int64_t chunks = (total + rows - 1) / rows;
   const int threads = num_threads();
-  if (threads <= 1 || total * work_per_row < (1 << 18) || total < 2 * threads) {
-    body(int64_t{0}, total);
-    return;
-  }
-#pragma omp parallel num_threads(threads)
-  {
-    int64_t begin = 0, end = 0;
-    slice(total, omp_get_num_threads(), omp_get_thread_num(), begin, end);
-    if (end > begin) body(begin, end);
+  const bool parallel = threads > 1 && chunks > 1 && total * work_per_row >= (1 << 18);
+#pragma omp parallel for schedule(static) num_threads(threads) if (parallel)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t begin = c * rows;
+    body(begin, std::min(total, begin + rows));
   }
 }
 

@@ -1,6 +1,7 @@
 // Measured fp32 FMA throughput: the denominator of MFU on the CPU.
 #include <omp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 
@@ -83,6 +84,12 @@ double measure_peak_flops(int threads, double seconds) {
     }
   }
   return elapsed > 0.0 ? static_cast<double>(total) * kFlopsPerFma / elapsed : 0.0;
+}
+
+double best_peak_flops(int threads, int runs, double seconds) {
+  double best = 0.0;
+  for (int r = 0; r < runs; ++r) best = std::max(best, measure_peak_flops(threads, seconds));
+  return best;
 }
 
 }  // namespace remat::cpu

@@ -1,0 +1,258 @@
+#include "io/files.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <system_error>
+#include <utility>
+
+#include "core/error.h"
+
+namespace remat {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string in_quotes(const std::string& path) { return "'" + path + "'"; }
+
+// "a directory", "a character device", ...: what a non-regular file is.
+std::string kind_of(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISLNK(mode)) return "a symbolic link";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+std::string parent_of(const std::string& path) {
+  const fs::path parent = fs::path(path).parent_path();
+  return parent.empty() ? std::string(".") : parent.string();
+}
+
+// The first existing path among `folder` and its ancestors (stat follows
+// links, so a symlinked output folder counts as the folder it points to).
+std::string nearest_existing(std::string folder) {
+  struct stat st;
+  while (::stat(folder.c_str(), &st) != 0) {
+    // ENOTDIR: a file stands where a folder should; walking up finds it.
+    if (errno != ENOENT && errno != ENOTDIR) break;
+    const std::string up = parent_of(folder);
+    if (up == folder) break;
+    folder = up;
+  }
+  return folder;
+}
+
+// `folder` exists (or its nearest existing ancestor does) as a folder this
+// process may create files in.
+void check_writable_folder(const std::string& folder, const std::string& key,
+                           const std::string& for_what) {
+  const std::string existing = nearest_existing(folder);
+  const std::string prefix = key + ": cannot write " + for_what + ": ";
+  struct stat st;
+  if (::stat(existing.c_str(), &st) != 0)
+    throw InputError(prefix + in_quotes(existing) + ": " + std::strerror(errno));
+  if (!S_ISDIR(st.st_mode))
+    throw InputError(prefix + in_quotes(existing) + " is " + kind_of(st.st_mode) +
+                     ", expected a folder");
+  if (::access(existing.c_str(), W_OK | X_OK) != 0)
+    throw InputError(prefix + "folder " + in_quotes(existing) + " is not writable (" +
+                     std::strerror(errno) + ")");
+}
+
+// A path that exists must be a regular file, not a link to one: a rename
+// over it would replace the link, or a device such as /dev/null.
+void check_replaceable(const std::string& path, const std::string& key) {
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) return;  // absent: fine
+  if (S_ISREG(st.st_mode)) return;
+  std::string why = S_ISLNK(st.st_mode)
+                        ? "; remat does not write through links (give the link's target instead)"
+                        : "";
+  throw InputError(key + ": " + in_quotes(path) + " exists and is " + kind_of(st.st_mode) +
+                   ", expected a regular file or a new file name" + why);
+}
+
+void fsync_folder(const std::string& folder) {
+  const int fd = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;  // best effort: the rename itself has happened
+  ::fsync(fd);
+  ::close(fd);
+}
+
+}  // namespace
+
+std::string read_regular_file(const std::string& path, const std::string& what,
+                              const std::string& expected, int64_t max_bytes) {
+  const std::string prefix = "cannot read " + what + " " + in_quotes(path) + ": ";
+  // O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused below.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) throw InputError(prefix + "no such file");
+    throw InputError(prefix + std::strerror(errno));
+  }
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    const std::string kind = S_ISDIR(st.st_mode) ? "a directory" : kind_of(st.st_mode);
+    ::close(fd);
+    throw InputError(prefix + "is " + kind + ", expected " + expected);
+  }
+  std::string text;
+  char buffer[1 << 16];
+  while (true) {
+    const ssize_t n = ::read(fd, buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int error = errno;
+      ::close(fd);
+      throw InputError(prefix + "read failed: " + std::strerror(error));
+    }
+    if (n == 0) break;
+    if (static_cast<int64_t>(text.size()) + n > max_bytes) {
+      ::close(fd);
+      throw InputError(prefix + "larger than " + std::to_string(max_bytes) +
+                       " bytes, the most remat reads for " + what + " (expected " + expected + ")");
+    }
+    text.append(buffer, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return text;
+}
+
+void check_output_file(const std::string& path, const std::string& key) {
+  if (path.empty()) throw InputError(key + ": empty path, expected a file name");
+  if (path.back() == '/') throw InputError(key + ": " + in_quotes(path) + " names a folder, expected a file");
+  check_replaceable(path, key);
+  check_replaceable(path + ".tmp", key);
+  check_writable_folder(parent_of(path), key, in_quotes(path));
+}
+
+void check_output_folder(const std::string& folder, const std::string& key) {
+  struct stat st;
+  if (::stat(folder.c_str(), &st) == 0 && !S_ISDIR(st.st_mode))
+    throw InputError(key + ": " + in_quotes(folder) + " is " + kind_of(st.st_mode) +
+                     ", expected a folder");
+  check_writable_folder(folder, key, "into " + in_quotes(folder));
+}
+
+void create_folders(const std::string& folder, const std::string& key) {
+  std::error_code ec;
+  fs::create_directories(folder, ec);
+  if (ec) throw InputError(key + ": cannot create folder " + in_quotes(folder) + ": " + ec.message());
+}
+
+AtomicFile::AtomicFile(const std::string& path, const std::string& key, bool make_folders)
+    : path_(path), tmp_(path + ".tmp"), key_(key) {
+  check_replaceable(path_, key_);
+  if (make_folders) create_folders(parent_of(path_), key_);
+  remove_stale_temporary(path_);
+  check_replaceable(tmp_, key_);
+  // O_EXCL | O_NOFOLLOW: never write through something planted at the name.
+  fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd_ < 0) throw InputError(key_ + ": cannot create " + in_quotes(tmp_) + ": " + std::strerror(errno));
+}
+
+AtomicFile::~AtomicFile() {
+  if (fd_ >= 0) ::close(fd_);
+  if (!committed_) ::unlink(tmp_.c_str());
+}
+
+void AtomicFile::fail(const std::string& what) {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+  ::unlink(tmp_.c_str());
+  committed_ = true;  // nothing left to clean up
+  throw InputError(key_ + ": cannot write " + in_quotes(path_) + ": " + what);
+}
+
+void AtomicFile::write(const void* data, int64_t bytes) {
+  const char* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    // Linux writes at most about 2 GiB per call.
+    const size_t chunk = static_cast<size_t>(std::min<int64_t>(bytes, int64_t{1} << 30));
+    const ssize_t n = ::write(fd_, p, chunk);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) fail(std::string(std::strerror(errno)) + (errno == ENOSPC ? " (disk full)" : ""));
+    p += n;
+    bytes -= n;
+  }
+}
+
+void AtomicFile::commit() {
+  // The data must be on disk before the rename makes it the real file.
+  if (::fsync(fd_) != 0) fail(std::string("fsync failed: ") + std::strerror(errno));
+  const int fd = std::exchange(fd_, -1);
+  if (::close(fd) != 0) fail(std::string("close failed: ") + std::strerror(errno));
+  // Checked again right before the rename: the target may have changed
+  // since the start-up check (a link or device put there meanwhile).
+  struct stat st;
+  if (::lstat(path_.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+    fail("it became " + kind_of(st.st_mode) + ", expected a regular file");
+  if (::rename(tmp_.c_str(), path_.c_str()) != 0)
+    fail(std::string("rename from ") + in_quotes(tmp_) + " failed: " + std::strerror(errno));
+  committed_ = true;
+  fsync_folder(parent_of(path_));  // makes the rename itself durable
+}
+
+bool remove_stale_temporary(const std::string& path) {
+  const std::string tmp = path + ".tmp";
+  struct stat st;
+  if (::lstat(tmp.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
+  return ::unlink(tmp.c_str()) == 0;
+}
+
+LineLog::LineLog(const std::string& path, const std::string& key, bool append) : path_(path) {
+  check_replaceable(path, key);
+  create_folders(parent_of(path), key);
+  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC,
+               0644);
+  if (fd_ < 0) throw InputError(key + ": cannot open " + in_quotes(path) + ": " + std::strerror(errno));
+  struct stat st;
+  if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd_);
+    fd_ = -1;
+    throw InputError(key + ": " + in_quotes(path) + " is not a regular file");
+  }
+  if (!append && ::ftruncate(fd_, 0) != 0) {
+    ::close(fd_);
+    fd_ = -1;
+    throw InputError(key + ": cannot truncate " + in_quotes(path) + ": " + std::strerror(errno));
+  }
+}
+
+LineLog::~LineLog() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+LineLog::LineLog(LineLog&& other) noexcept
+    : path_(std::move(other.path_)), fd_(std::exchange(other.fd_, -1)) {}
+
+LineLog& LineLog::operator=(LineLog&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    path_ = std::move(other.path_);
+    fd_ = std::exchange(other.fd_, -1);
+  }
+  return *this;
+}
+
+void LineLog::write_line(const std::string& line) {
+  const std::string text = line + "\n";
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd_, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0)
+      throw InputError("cannot append to " + in_quotes(path_) + ": " + std::strerror(errno));
+    done += static_cast<size_t>(n);
+  }
+}
+
+}  // namespace remat

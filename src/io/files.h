@@ -1,0 +1,89 @@
+// The one place remat opens files: inputs are read only from regular files,
+// outputs are written only by creating a temporary beside them and renaming
+// it into place, durably.
+//
+// Why: a path a user gives may name a device (/dev/zero reads forever,
+// /dev/null must never be replaced), a FIFO (blocks forever), a directory or
+// a symbolic link. Every such case is an InputError (exit 2) naming the path
+// and the config key, raised before anything is written.
+//
+// Symbolic links: an output whose last path component is a symbolic link is
+// refused (renaming over it would replace the link, not what it points to);
+// links among the parent folders are followed as usual.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+namespace remat {
+
+// The whole content of a regular file, at most `max_bytes` long. `what`
+// names the file for messages ("config file"), `expected` says what it
+// should be ("a TOML file"). Devices, FIFOs, sockets, directories, read
+// errors and larger files are InputError. Opening never blocks (a FIFO is
+// detected, not waited on).
+std::string read_regular_file(const std::string& path, const std::string& what,
+                              const std::string& expected, int64_t max_bytes);
+
+// Checks, without creating anything, that `path` can later be written by
+// AtomicFile: it is absent or a regular file (not a link, device, FIFO or
+// directory), and its nearest existing ancestor folder is a writable folder
+// (missing folders will be created). InputError names `key`.
+void check_output_file(const std::string& path, const std::string& key);
+
+// Checks that `folder` is a writable folder or can be created as one.
+void check_output_folder(const std::string& folder, const std::string& key);
+
+// Creates the missing folders of `folder` (InputError naming `key` on failure).
+void create_folders(const std::string& folder, const std::string& key);
+
+// Writes `path` atomically and durably: the bytes go to `path + ".tmp"`
+// (a stale one from a crashed run is removed first; the temporary is created
+// exclusively and never through a link), which is fsync'ed, renamed over
+// `path` and its folder fsync'ed, so after a crash `path` holds either the
+// old or the new content, never a mix. Any failure removes the temporary and
+// throws InputError (disk full, a target that is not a regular file).
+class AtomicFile {
+ public:
+  // Opens the temporary; `key` names the config key or flag for messages.
+  // With `make_folders`, missing parent folders are created first.
+  AtomicFile(const std::string& path, const std::string& key, bool make_folders = false);
+  ~AtomicFile();  // removes the temporary unless commit() succeeded
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+
+  void write(const void* data, int64_t bytes);
+  void commit();  // fsync, rename, fsync the folder
+
+ private:
+  [[noreturn]] void fail(const std::string& what);
+  std::string path_, tmp_, key_;
+  int fd_ = -1;
+  bool committed_ = false;
+};
+
+// Removes `path + ".tmp"` if it is a regular file: what a save killed before
+// its rename leaves. Returns true if one was removed.
+bool remove_stale_temporary(const std::string& path);
+
+// An append-only text file for per-step logs (metrics JSONL): opened once
+// (missing folders created; truncated, or appended to when `append`), each
+// line written with one
+// write(2) so a killed run keeps every complete line it logged.
+class LineLog {
+ public:
+  LineLog() = default;
+  LineLog(const std::string& path, const std::string& key, bool append);
+  ~LineLog();
+  LineLog(LineLog&& other) noexcept;
+  LineLog& operator=(LineLog&& other) noexcept;
+  bool is_open() const { return fd_ >= 0; }
+  void write_line(const std::string& line);  // appends line + '\n'
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+};
+
+}  // namespace remat

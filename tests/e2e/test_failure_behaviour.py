@@ -1,0 +1,246 @@
+"""What remat guarantees when a run goes wrong (README "Failure behaviour").
+
+- SIGTERM and SIGINT stop at a step boundary, save when checkpointing is on,
+  and exit 143 / 130; a storm of further signals during the save loses nothing.
+- kill -9 keeps every metrics line logged so far, each valid JSON.
+- A non-finite loss stops the run at that step with exit 1, a message naming
+  the step, the values and a parameter; metrics stay valid JSON; no checkpoint
+  with NaN is written.
+- A stale step-*.safetensors.tmp from a killed save is removed at the next start.
+- Checkpoints carry a CRC-32C per tensor; eval of NaN weights exits 1.
+- A config that sets no keys says the defaults are used.
+
+Usage: test_failure_behaviour.py <path-to-remat>
+"""
+import json
+import re
+import math
+import os
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REMAT = os.path.abspath(sys.argv[1])
+REPO = Path(__file__).resolve().parents[2]
+CONFIG = str(REPO / "configs" / "llama3_debug.toml")
+SMALL = ["--training.seq_len", "32", "--training.local_batch_size", "2", "--model.dim", "64",
+         "--model.n_heads", "4", "--model.n_kv_heads", "4", "--metrics.log_freq", "1"]
+TIMEOUT_S = 120
+failures = []
+
+
+def check(ok, what):
+    print(("ok   " if ok else "FAIL ") + what, flush=True)
+    if not ok:
+        failures.append(what)
+
+
+def train_args(tmp, *extra):
+    return [REMAT, "train", "--config", CONFIG, "--job.dump_folder", str(tmp / "out"),
+            "--metrics.jsonl_path", str(tmp / "m.jsonl"), *SMALL, *extra]
+
+
+def run(argv, cwd):
+    return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=TIMEOUT_S)
+
+
+def read_safetensors(path):
+    data = Path(path).read_bytes()
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    meta = header.pop("__metadata__", {})
+    tensors = {}
+    for name, e in header.items():
+        begin, end = e["data_offsets"]
+        raw = data[8 + n + begin:8 + n + end]
+        tensors[name] = struct.unpack("<%df" % (len(raw) // 4), raw)
+    return tensors, meta
+
+
+def metrics_lines(path):
+    """Every line must parse as strict JSON (no NaN / Infinity tokens)."""
+    def no_constants(token):
+        raise ValueError("non-JSON constant " + token)
+    lines = Path(path).read_text().splitlines() if Path(path).exists() else []
+    return [json.loads(line, parse_constant=no_constants) for line in lines]
+
+
+def wait_for_lines(path, count, proc, limit_s=60):
+    start = time.time()
+    while time.time() - start < limit_s and proc.poll() is None:
+        if Path(path).exists() and len(Path(path).read_text().splitlines()) >= count:
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def start_long_run(tmp, *extra):
+    return subprocess.Popen(train_args(tmp, "--training.steps", "1000000",
+                                       "--checkpoint.enable", "true",
+                                       "--checkpoint.interval", "1000000", *extra),
+                            cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def resume_one_step(tmp, checkpoint, step):
+    proc = run(train_args(tmp, "--training.steps", str(step + 1), "--checkpoint.load",
+                          str(checkpoint), "--metrics.jsonl_path", str(tmp / "resume.jsonl")),
+               tmp)
+    return proc.returncode == 0 and f"loaded {checkpoint} (step {step})" in proc.stdout
+
+
+def test_signal_stops_saves_and_says_so(name, sig, expected_rc, storm):
+    with tempfile.TemporaryDirectory(prefix="remat-fail-") as tmp:
+        tmp = Path(tmp)
+        proc = start_long_run(tmp)
+        started = wait_for_lines(tmp / "m.jsonl", 3, proc)
+        proc.send_signal(sig)
+        if storm:  # keep signalling through the final save
+            while proc.poll() is None:
+                try:
+                    proc.send_signal(sig)
+                except ProcessLookupError:
+                    break
+                time.sleep(0.005)
+        out, err = proc.communicate(timeout=TIMEOUT_S)
+        check(started, f"{name}: the run logged steps before the signal")
+        check(proc.returncode == expected_rc,
+              f"{name}: exit status {proc.returncode}, expected {expected_rc}")
+        check(f"interrupted by {sig.name}" in out, f"{name}: says it was interrupted")
+        lines = metrics_lines(tmp / "m.jsonl")
+        last = lines[-1]["step"] if lines else -1
+        saved = tmp / "out" / "checkpoint" / f"step-{last}.safetensors"
+        check(saved.is_file(), f"{name}: checkpoint of the last step ({saved.name}) saved")
+        check(not list((tmp / "out" / "checkpoint").glob("*.tmp")), f"{name}: no temporary left")
+        check(lines == sorted(lines, key=lambda m: m["step"]) and
+              [m["step"] for m in lines] == list(range(1, last + 1)),
+              f"{name}: metrics hold every step 1..{last}, one line each")
+        if saved.is_file():
+            check(resume_one_step(tmp, saved, last), f"{name}: the checkpoint resumes")
+
+
+def test_kill_9_keeps_metrics():
+    with tempfile.TemporaryDirectory(prefix="remat-fail-") as tmp:
+        tmp = Path(tmp)
+        proc = start_long_run(tmp)
+        wait_for_lines(tmp / "m.jsonl", 4, proc)
+        proc.kill()
+        proc.communicate(timeout=TIMEOUT_S)
+        try:
+            lines = metrics_lines(tmp / "m.jsonl")
+            valid = True
+        except ValueError:
+            lines, valid = [], False
+        check(valid and len(lines) >= 4,
+              f"kill -9: the metrics file keeps its {len(lines)} logged lines, all valid JSON")
+
+
+def test_nan_stops_the_run():
+    with tempfile.TemporaryDirectory(prefix="remat-fail-") as tmp:
+        tmp = Path(tmp)
+        proc = run(train_args(tmp, "--training.steps", "20", "--optimizer.lr", "1e6",
+                              "--checkpoint.enable", "true", "--checkpoint.interval", "1"), tmp)
+        check(proc.returncode == 1, f"NaN: exit status {proc.returncode}, expected 1")
+        err = proc.stderr
+        bad_step = None
+        m = re.search(r"non-finite (loss|gradient norm) at step (\d+) \(loss = (\S+), "
+                      r"grad_norm = (\S+)\); the first parameter whose gradient went non-finite"
+                      r" \(in backward order\) is '([^']+)'", err)
+        check(m is not None, "NaN: message names the step, both values and a parameter: " +
+              err.strip()[:300])
+        if m:
+            bad_step = int(m.group(2))
+        try:
+            lines = metrics_lines(tmp / "m.jsonl")
+            valid = True
+        except ValueError:
+            lines, valid = [], False
+        check(valid, "NaN: metrics file is valid JSON")
+        check(bool(lines) and lines[-1]["step"] == bad_step and lines[-1]["loss"] is None,
+              "NaN: the last metrics line is the bad step, its loss null")
+        ckpts = sorted((tmp / "out" / "checkpoint").glob("step-*.safetensors"))
+        check(bad_step is not None and not (tmp / "out" / "checkpoint" /
+                                            f"step-{bad_step}.safetensors").exists(),
+              "NaN: no checkpoint for the bad step")
+        all_finite = all(math.isfinite(v) for c in ckpts
+                         for values in read_safetensors(c)[0].values() for v in values)
+        check(all_finite, f"NaN: every checkpoint written ({len(ckpts)}) is finite")
+
+
+def test_stale_temporary_is_removed_and_checksums_stored():
+    with tempfile.TemporaryDirectory(prefix="remat-fail-") as tmp:
+        tmp = Path(tmp)
+        stale = tmp / "out" / "checkpoint" / "step-7.safetensors.tmp"
+        stale.parent.mkdir(parents=True)
+        stale.write_bytes(b"\0" * 100000)
+        proc = run(train_args(tmp, "--training.steps", "1", "--checkpoint.enable", "true"), tmp)
+        check(proc.returncode == 0 and not stale.exists(),
+              "stale .tmp of a killed save is removed at the next start")
+        saved = tmp / "out" / "checkpoint" / "step-1.safetensors"
+        if saved.is_file():
+            tensors, meta = read_safetensors(saved)
+            check(all(f"crc32c.{name}" in meta for name in tensors) and meta.get("step") == "1",
+                  "checkpoint metadata holds the step and a CRC-32C per tensor")
+
+
+def test_eval_of_nan_weights_fails():
+    with tempfile.TemporaryDirectory(prefix="remat-fail-") as tmp:
+        tmp = Path(tmp)
+        run(train_args(tmp, "--training.steps", "1", "--checkpoint.enable", "true"), tmp)
+        data = (tmp / "out" / "checkpoint" / "step-1.safetensors").read_bytes()
+        n = struct.unpack("<Q", data[:8])[0]
+        header = json.loads(data[8:8 + n])
+        begin, end = header["tok_embeddings.weight"]["data_offsets"]
+        header["__metadata__"].pop("crc32c.tok_embeddings.weight")
+        text = json.dumps(header, separators=(",", ":")).encode()
+        text += b" " * ((8 - len(text) % 8) % 8)
+        body = bytearray(data[8 + n:])
+        body[begin:end] = struct.pack("<f", float("nan")) * ((end - begin) // 4)
+        (tmp / "nan.safetensors").write_bytes(struct.pack("<Q", len(text)) + text + bytes(body))
+        tokens = tmp / "val.txt"
+        tokens.write_text("the quick brown fox jumps over the lazy dog " * 20)
+        proc = run([REMAT, "eval", "--config", CONFIG, *SMALL, "--checkpoint.load",
+                    str(tmp / "nan.safetensors"), "--validation.dataset", str(tokens)], tmp)
+        check(proc.returncode == 1 and "not finite" in proc.stderr,
+              f"eval of NaN weights exits 1 saying so (got {proc.returncode})")
+
+
+def test_empty_config_says_defaults():
+    with tempfile.TemporaryDirectory(prefix="remat-fail-") as tmp:
+        tmp = Path(tmp)
+        (tmp / "empty.toml").write_text("# nothing here\n")
+        proc = run([REMAT, "train", "--config", "empty.toml", "--training.steps", "0"], tmp)
+        check(proc.returncode == 0 and "sets no keys" in proc.stderr and
+              "defaults" in proc.stderr, "a config that sets no keys says the defaults are used")
+
+
+def test_mfu_never_above_100_percent():
+    """A peak set far too low (as a disturbed measurement once read) cannot give MFU > 100%."""
+    with tempfile.TemporaryDirectory(prefix="remat-fail-") as tmp:
+        tmp = Path(tmp)
+        proc = run(train_args(tmp, "--training.steps", "3", "--metrics.peak_flops", "1e6"), tmp)
+        lines = metrics_lines(tmp / "m.jsonl") if proc.returncode == 0 else []
+        check(len(lines) == 3 and all(0 < m["mfu"] <= m["hfu"] <= 1.0 for m in lines),
+              "MFU and HFU stay <= 100% with a peak set too low: " +
+              str([(m["mfu"], m["hfu"]) for m in lines]))
+        check("above the peak" in proc.stdout, "the log says the peak was raised")
+
+
+def main():
+    test_signal_stops_saves_and_says_so("SIGTERM", signal.SIGTERM, 143, storm=False)
+    test_signal_stops_saves_and_says_so("SIGINT storm", signal.SIGINT, 130, storm=True)
+    test_kill_9_keeps_metrics()
+    test_nan_stops_the_run()
+    test_stale_temporary_is_removed_and_checksums_stored()
+    test_eval_of_nan_weights_fails()
+    test_empty_config_says_defaults()
+    test_mfu_never_above_100_percent()
+    print(f"{len(failures)} failing check(s)" if failures else "all checks ok")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

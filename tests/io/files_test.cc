@@ -1,0 +1,204 @@
+// Inputs are read only from regular files; outputs never replace or write
+// through links, devices, FIFOs or folders; atomic writes leave no
+// temporary behind.
+#include "io/files.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "core/error.h"
+
+namespace remat {
+namespace {
+
+namespace fs = std::filesystem;
+
+class FilesTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::temp_directory_path() /
+           ("remat_files_test_" + std::to_string(::getpid()) + "_" + info->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  std::string write(const std::string& name, const std::string& text) const {
+    std::ofstream(path(name), std::ios::binary) << text;
+    return path(name);
+  }
+  std::string fifo(const std::string& name) const {
+    EXPECT_EQ(::mkfifo(path(name).c_str(), 0644), 0);
+    return path(name);
+  }
+  static std::string read(const std::string& p) {
+    std::ifstream in(p, std::ios::binary);
+    std::ostringstream s;
+    s << in.rdbuf();
+    return s.str();
+  }
+  fs::path dir_;
+};
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST_F(FilesTest, ReadsRegularFilesOnly) {
+  EXPECT_EQ(read_regular_file(write("a.toml", "x = 1\n"), "config file", "a TOML file", 100),
+            "x = 1\n");
+  std::string e = error_of([] { read_regular_file("/dev/zero", "config file", "a TOML file", 100); });
+  EXPECT_NE(e.find("'/dev/zero': is a character device, expected a TOML file"), std::string::npos)
+      << e;
+  // A FIFO without a writer: refused at once, not waited on.
+  const std::string f = fifo("pipe");
+  e = error_of([&] { read_regular_file(f, "dataset file", "a text file", 100); });
+  EXPECT_NE(e.find("FIFO"), std::string::npos) << e;
+  e = error_of([&] { read_regular_file(dir_.string(), "config file", "a TOML file", 100); });
+  EXPECT_NE(e.find("is a directory, expected a TOML file"), std::string::npos) << e;
+  e = error_of([&] { read_regular_file(path("none"), "config file", "a TOML file", 100); });
+  EXPECT_NE(e.find("no such file"), std::string::npos) << e;
+  e = error_of([&] { read_regular_file(write("big", std::string(101, 'x')), "config file", "a TOML file", 100); });
+  EXPECT_NE(e.find("larger than 100 bytes"), std::string::npos) << e;
+  // /proc/self/mem is "regular" but unreadable at offset 0: an error, not ignored.
+  e = error_of([] { read_regular_file("/proc/self/mem", "config file", "a TOML file", 100); });
+  EXPECT_NE(e.find("read failed"), std::string::npos) << e;
+}
+
+TEST_F(FilesTest, OutputChecksRefuseLinksDevicesFifosAndFolders) {
+  EXPECT_EQ(error_of([&] { check_output_file(path("new.jsonl"), "metrics.jsonl_path"); }), "");
+  EXPECT_EQ(error_of([&] { check_output_file(path("sub/dir/new.jsonl"), "k"); }), "");
+  EXPECT_EQ(error_of([&] { check_output_file(write("old.jsonl", "x"), "k"); }), "");
+  std::string e = error_of([] { check_output_file("/dev/null", "metrics.jsonl_path"); });
+  EXPECT_NE(e.find("metrics.jsonl_path: '/dev/null' exists and is a character device"),
+            std::string::npos) << e;
+  const std::string f = fifo("pipe");
+  EXPECT_NE(error_of([&] { check_output_file(f, "k"); }).find("FIFO"), std::string::npos);
+  EXPECT_NE(error_of([&] { check_output_file(dir_.string(), "k"); }).find("a directory"),
+            std::string::npos);
+  fs::create_symlink(write("target", "keep"), path("link"));
+  e = error_of([&] { check_output_file(path("link"), "k"); });
+  EXPECT_NE(e.find("symbolic link"), std::string::npos) << e;
+  // A regular file where a folder should be.
+  e = error_of([&] { check_output_file(write("blocker", "") + "/sub/m.jsonl", "k"); });
+  EXPECT_NE(e.find("expected a folder"), std::string::npos) << e;
+  e = error_of([&] { check_output_folder(path("blocker"), "job.dump_folder"); });
+  EXPECT_NE(e.find("job.dump_folder"), std::string::npos) << e;
+  EXPECT_EQ(error_of([&] { check_output_folder(path("not/yet"), "k"); }), "");
+  EXPECT_FALSE(fs::exists(path("not")));  // checking creates nothing
+}
+
+TEST_F(FilesTest, UnwritableFolderIsFoundByTheCheck) {
+  if (::geteuid() == 0) GTEST_SKIP() << "root may write to any folder";
+  fs::create_directories(path("ro"));
+  fs::permissions(path("ro"), fs::perms::owner_read | fs::perms::owner_exec);
+  const std::string e = error_of([&] { check_output_folder(path("ro/ckpt"), "checkpoint.folder"); });
+  fs::permissions(path("ro"), fs::perms::owner_all);
+  EXPECT_NE(e.find("not writable"), std::string::npos) << e;
+}
+
+TEST_F(FilesTest, AtomicFileReplacesARegularFileAndLeavesNoTemporary) {
+  const std::string p = write("out.bin", "old");
+  {
+    AtomicFile f(p, "k");
+    f.write("new", 3);
+    f.commit();
+  }
+  EXPECT_EQ(read(p), "new");
+  EXPECT_FALSE(fs::exists(p + ".tmp"));
+  {
+    AtomicFile f(p, "k");
+    f.write("abandoned", 9);
+  }  // not committed: the old content stays, the temporary goes
+  EXPECT_EQ(read(p), "new");
+  EXPECT_FALSE(fs::exists(p + ".tmp"));
+}
+
+TEST_F(FilesTest, AtomicFileRemovesAStaleTemporaryAndNeverWritesThroughALink) {
+  const std::string p = path("ckpt");
+  write("ckpt.tmp", std::string(1000, 'x'));  // left by a killed save
+  {
+    AtomicFile f(p, "k");
+    f.write("ok", 2);
+    f.commit();
+  }
+  EXPECT_EQ(read(p), "ok");
+  EXPECT_FALSE(fs::exists(p + ".tmp"));
+  // A link planted at the temporary's name: refused, its target untouched.
+  const std::string victim = write("victim", "precious");
+  fs::create_symlink(victim, p + ".tmp");
+  EXPECT_NE(error_of([&] { AtomicFile f(p, "k"); }).find("symbolic link"), std::string::npos);
+  EXPECT_EQ(read(victim), "precious");
+  EXPECT_TRUE(fs::is_symlink(p + ".tmp"));
+}
+
+TEST_F(FilesTest, AtomicFileNeverReplacesADeviceFifoOrLink) {
+  const std::string f = fifo("pipe");
+  EXPECT_NE(error_of([&] { AtomicFile a(f, "--out"); }).find("--out"), std::string::npos);
+  struct stat st;
+  ASSERT_EQ(::lstat(f.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode));
+  const std::string target = write("target", "keep");
+  fs::create_symlink(target, path("link"));
+  EXPECT_NE(error_of([&] { AtomicFile a(path("link"), "k"); }).find("symbolic link"),
+            std::string::npos);
+  EXPECT_TRUE(fs::is_symlink(path("link")));
+  EXPECT_EQ(read(target), "keep");
+  if (::geteuid() == 0) {  // the repro: a copy of /dev/null
+    const std::string null = path("null");
+    ASSERT_EQ(::mknod(null.c_str(), S_IFCHR | 0666, makedev(1, 3)), 0);
+    EXPECT_NE(error_of([&] { AtomicFile a(null, "k"); }).find("character device"),
+              std::string::npos);
+    ASSERT_EQ(::lstat(null.c_str(), &st), 0);
+    EXPECT_TRUE(S_ISCHR(st.st_mode));
+  }
+}
+
+TEST_F(FilesTest, AtomicFileRechecksTheTargetBeforeTheRename) {
+  const std::string p = path("out");
+  AtomicFile f(p, "k");
+  f.write("x", 1);
+  fs::create_directory(p);  // appears while the file is being written
+  EXPECT_NE(error_of([&] { f.commit(); }).find("a directory"), std::string::npos);
+  EXPECT_TRUE(fs::is_directory(p));
+  EXPECT_FALSE(fs::exists(p + ".tmp"));
+}
+
+TEST_F(FilesTest, LineLogTruncatesOrAppendsAndRefusesNonRegularFiles) {
+  const std::string p = write("m.jsonl", "old\n");
+  {
+    LineLog log(p, "metrics.jsonl_path", /*append=*/true);
+    log.write_line("a");
+  }
+  EXPECT_EQ(read(p), "old\na\n");
+  {
+    LineLog log(p, "metrics.jsonl_path", /*append=*/false);
+    log.write_line("b");
+    EXPECT_EQ(read(p), "b\n");  // on disk at once, not at the end of the run
+  }
+  {
+    LineLog log(path("new/dir/m.jsonl"), "k", false);  // missing folders are created
+    log.write_line("c");
+  }
+  EXPECT_EQ(read(path("new/dir/m.jsonl")), "c\n");
+  const std::string f = fifo("pipe");
+  EXPECT_NE(error_of([&] { LineLog log(f, "metrics.jsonl_path", false); }).find("FIFO"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace remat
