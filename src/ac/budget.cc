@@ -35,6 +35,28 @@ struct State {
 // one; the bucket width then keeps about this many.
 constexpr size_t kExactStates = 4096;
 constexpr int64_t kBuckets = 2048;
+constexpr int64_t kRestBuckets = 4096;
+
+// The bytes all blocks can keep at most (the range bucket widths divide).
+int64_t most_kept(const BudgetProblem& pb) {
+  int64_t most = 0;
+  for (int32_t b = 0; b < static_cast<int32_t>(pb.blocks.size()); ++b) {
+    int64_t block_most = 0;
+    for (const BlockOption& o : pb.options[pb.block_class[b]]) {
+      block_most = std::max(block_most, o.kept_bytes);
+    }
+    most += block_most;
+  }
+  return most;
+}
+
+// A lower bound on what blocks b.. cost when they may keep `room` bytes.
+double rest_lower_bound(const BudgetProblem& pb, int32_t b, int64_t room) {
+  if (pb.rest_cost.empty()) return 0;
+  const auto& row = pb.rest_cost[b];
+  const int64_t j = std::min<int64_t>(room / pb.rest_width, static_cast<int64_t>(row.size()) - 1);
+  return row[j];
+}
 
 // kExact: the full Pareto front of states. kThinned: at most one state per
 // bucket of `width` kept bytes (the cheapest), with its true kept bytes, so
@@ -79,7 +101,12 @@ BudgetChoice least_cost(const BudgetProblem& pb, int64_t budget, Rounding roundi
       for (int32_t s = 0; s < static_cast<int32_t>(prev.size()) && prev[s].kept <= limit; ++s) {
         const int64_t kept = round_kept(prev[s].kept + opts[o].kept_bytes, width, rounding);
         const double cost = prev[s].cost + opts[o].cost;
-        if (kept > room || !cost_leq(cost, cost_cap)) continue;
+        if (kept > room) continue;
+        if (cost_cap != kNoCostCap &&
+            !cost_leq(cost + rest_lower_bound(pb, b + 1, budget - pb.outside_all_kept - kept),
+                      cost_cap)) {
+          continue;  // cannot beat a plan already known
+        }
         next.push_back({kept, cost, s, o});
       }
     }
@@ -124,34 +151,24 @@ BudgetChoice least_cost(const BudgetProblem& pb, int64_t budget, Rounding roundi
 
 // The least-cost plan within `budget` and a lower bound on any plan's cost:
 // exact when the exact program stays small, else from bucketed programs.
-// The bytes all blocks can keep at most (the range bucket widths divide).
-int64_t most_kept(const BudgetProblem& pb) {
-  int64_t most = 0;
-  for (int32_t b = 0; b < static_cast<int32_t>(pb.blocks.size()); ++b) {
-    int64_t block_most = 0;
-    for (const BlockOption& o : pb.options[pb.block_class[b]]) {
-      block_most = std::max(block_most, o.kept_bytes);
-    }
-    most += block_most;
-  }
-  return most;
-}
-
 BudgetChoice bounded_least_cost(const BudgetProblem& pb, int64_t budget,
                                 double cost_cap = kNoCostCap) {
   // A quick coarse plan that fits caps the cost of states worth keeping.
   const int64_t most = most_kept(pb);
   const BudgetChoice coarse = least_cost(pb, budget, Rounding::kThinned,
-                                         std::max<int64_t>(1, most / 256), nullptr, cost_cap);
+                                         std::max<int64_t>(1, most / kBuckets), nullptr, cost_cap);
   if (coarse.feasible) cost_cap = std::min(cost_cap, coarse.cost);
   bool overflow = false;
   BudgetChoice exact = least_cost(pb, budget, Rounding::kExact, 1, &overflow, cost_cap);
   if (!overflow) return exact;
   const int64_t width = std::max<int64_t>(1, most / kBuckets);
-  BudgetChoice upper = least_cost(pb, budget, Rounding::kThinned, width, nullptr, cost_cap);
-  if (!upper.feasible || (coarse.feasible && coarse.cost < upper.cost)) upper = coarse;
-  const BudgetChoice lower = least_cost(pb, budget, Rounding::kRelaxed, width, nullptr, cost_cap);
-  upper.lower_bound = lower.feasible ? std::min(lower.cost, upper.cost) : upper.cost;
+  BudgetChoice upper = coarse;
+  // No pruning here: the bound must not depend on the plan found.
+  const BudgetChoice lower = least_cost(pb, budget, Rounding::kRelaxed, width, nullptr);
+  // Two relaxations, each a valid bound; the higher is the better one.
+  const double relaxed = lower.feasible ? lower.cost : upper.cost;
+  const double knapsack = rest_lower_bound(pb, 0, budget - pb.outside_all_kept);
+  upper.lower_bound = std::min(upper.cost, std::max(relaxed, knapsack));
   return upper;
 }
 
@@ -249,6 +266,26 @@ BudgetProblem make_budget_problem(const Program& program, const Schedule& refere
   }
   pb.outside_all_kept = all_kept == std::numeric_limits<int64_t>::min() ? 0 : all_kept - prefix;
   pb.outside_none_kept = none_kept;
+
+  // The relaxed knapsack behind rest_lower_bound: Σ floor(K / width) <=
+  // floor(room / width) holds for every plan that fits, so its least cost is
+  // a lower bound.
+  const int64_t most = most_kept(pb);
+  pb.rest_width = std::max<int64_t>(1, most / kRestBuckets);
+  const int64_t columns = most / pb.rest_width + 1;
+  pb.rest_cost.assign(n + 1, std::vector<double>(columns, 0.0));
+  for (int32_t b = n - 1; b >= 0; --b) {
+    const auto& next = pb.rest_cost[b + 1];
+    auto& row = pb.rest_cost[b];
+    for (int64_t j = 0; j < columns; ++j) {
+      double best = std::numeric_limits<double>::infinity();
+      for (const BlockOption& o : pb.options[pb.block_class[b]]) {
+        const int64_t used = o.kept_bytes / pb.rest_width;
+        if (used <= j) best = std::min(best, o.cost + next[j - used]);
+      }
+      row[j] = best;
+    }
+  }
   return pb;
 }
 

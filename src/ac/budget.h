@@ -43,7 +43,12 @@ struct BudgetProblem {
   std::vector<int64_t> forward_base, backward_base;  // per block
   int64_t outside_all_kept = 0;   // outside blocks while every block holds its keep-set (less it)
   int64_t outside_none_kept = 0;  // outside blocks before the first forward / after the last backward
-  size_t enumerated = 0;          // choices simulated, before pruning
+  size_t enumerated = 0;          // choices kept per class after pruning, summed
+  // rest_cost[b][j]: a lower bound on the cost blocks b.. need when they may
+  // keep at most j * rest_width bytes (window peaks ignored; kept bytes
+  // rounded down). The solver drops states that cannot beat a known plan.
+  int64_t rest_width = 1;
+  std::vector<std::vector<double>> rest_cost;
 };
 
 // `reference` is the schedule of make_reference_plan(program) and `levels`
