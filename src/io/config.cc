@@ -86,6 +86,8 @@ std::vector<Field> fields_of(JobConfig& c) {
       REMAT_FIELD(activation_checkpoint, per_op_sac_force_recompute_mm_by_fqns),
       REMAT_FIELD(activation_checkpoint, log_mm_flops),
       REMAT_FIELD(activation_checkpoint, memory_budget),
+      REMAT_FIELD(activation_checkpoint, cost_model),
+      REMAT_FIELD(activation_checkpoint, cost_cache),
       REMAT_FIELD(metrics, log_freq),
       REMAT_FIELD(metrics, jsonl_path),
       REMAT_FIELD(metrics, peak_flops),
@@ -498,11 +500,15 @@ void validate(const JobConfig& c, Schema& schema) {
             "a list of non-empty FQN patterns");
   if (!ac.memory_budget.empty()) {
     double fraction = -1;
-    bool ok = parse_double(ac.memory_budget, fraction) ? fraction >= 0 && fraction <= 1
-                                                       : parse_size(ac.memory_budget) > 0;
+    // Sizes beyond 2^60 bytes (1 EiB) are no machine's and would overflow.
+    bool ok = parse_double(ac.memory_budget, fraction)
+                  ? fraction >= 0 && fraction <= 1
+                  : parse_size(ac.memory_budget) > 0 && parse_size(ac.memory_budget) <= 0x1p60;
     v.require(ok, "activation_checkpoint.memory_budget",
-              "a fraction in [0, 1] such as \"0.5\" or a size such as \"12GiB\"");
+              "a fraction in [0, 1] such as \"0.5\" or a size such as \"12GiB\" (at most 1EiB)");
   }
+  v.require(ac.cost_model == "flops" || ac.cost_model == "measured",
+            "activation_checkpoint.cost_model", "\"flops\" or \"measured\"");
   v.require(ac.mode != "memory_budget" || !ac.memory_budget.empty(),
             "activation_checkpoint.memory_budget",
             "a fraction such as \"0.5\" or a size such as \"12GiB\" when mode = "
@@ -521,7 +527,9 @@ void validate(const JobConfig& c, Schema& schema) {
   v.require(c.training.mixed_precision_param == "float32" ||
                 c.training.mixed_precision_param == "bfloat16",
             "training.mixed_precision_param", "\"float32\" or \"bfloat16\"");
-  v.require(c.memory.limit.empty() || parse_size(c.memory.limit) > 0, "memory.limit",
+  v.require(c.memory.limit.empty() ||
+                (parse_size(c.memory.limit) > 0 && parse_size(c.memory.limit) <= 0x1p60),
+            "memory.limit",
             "a size such as \"16GiB\" or \"\" (physical RAM)");
 }
 

@@ -71,6 +71,10 @@ struct JobConfig {
     std::vector<std::string> per_op_sac_force_recompute_mm_by_fqns = {"moe.router.gate"};
     bool log_mm_flops = false;
     std::string memory_budget;            // fraction "0.5" or size "12GiB"
+    // What recompute costs to the budget solver: "flops", or "measured" (each
+    // op's forward time on this machine at this shape, calibrated and cached).
+    std::string cost_model = "flops";
+    std::string cost_cache;               // "" : <job.dump_folder>/op_times.json
   } activation_checkpoint;
   struct Metrics {
     int64_t log_freq = 1;

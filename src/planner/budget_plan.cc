@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "models/registry.h"
+#include "planner/op_timing.h"
 #include "train/metrics.h"
 
 namespace remat {
@@ -39,11 +40,31 @@ std::string BudgetPlan::certificate() const {
   return buf;
 }
 
-BudgetProblem budget_problem(const Program& program, const PlannerOptions& options) {
+BudgetProblem budget_problem(const Program& program, const PlannerOptions& options,
+                             const OpCost& cost) {
   const Plan reference = make_reference_plan(program);
   const Schedule schedule = make_schedule(program, reference, /*with_backward=*/true);
   return make_budget_problem(program, schedule, replay_levels(program, reference, options),
-                             activation_scale(options), flop_cost);
+                             activation_scale(options), cost);
+}
+
+OpCost cost_model_from_config(const JobConfig& config, const Program& program, std::string* note) {
+  if (config.activation_checkpoint.cost_model != "measured") {
+    *note = "cost model: FLOPs";
+    return flop_cost;
+  }
+  const OpTimes times = load_or_measure_op_times(config, program);
+  *note = "cost model: measured op times on " + times.machine + " (" +
+          (times.calibrated_now ? "calibrated now, saved to " : "cached in ") + times.path + ")";
+  return measured_op_cost(times);
+}
+
+double recompute_cost(const Program& program, const Plan& plan, const OpCost& cost) {
+  double total = 0;
+  for (size_t n = 0; n < plan.recompute.size(); ++n) {
+    if (plan.recompute[n]) total += cost(program.nodes[n]);
+  }
+  return total;
 }
 
 int64_t resolve_budget(const AcOptions& options, const JobConfig& config, const Program& program,
@@ -73,7 +94,9 @@ BudgetPlan make_budget_plan(const AcOptions& options, const JobConfig& config,
   const auto start = std::chrono::steady_clock::now();
   BudgetPlan result;
   result.budget = resolve_budget(options, config, program, planner, &result.budget_source);
-  const BudgetProblem problem = budget_problem(program, planner);
+  const OpCost cost = cost_model_from_config(config, program, &result.cost_note);
+  result.cost_unit = config.activation_checkpoint.cost_model == "measured" ? "s" : "FLOPs";
+  const BudgetProblem problem = budget_problem(program, planner, cost);
   result.choice = solve_budget(problem, result.budget);
   result.solve_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -83,7 +106,7 @@ BudgetPlan make_budget_plan(const AcOptions& options, const JobConfig& config,
     while (lo < hi) {
       const int64_t mid = (lo + hi + 1) / 2;
       const Program smaller = build_model(config.model, mid, program.seq).program;
-      if (min_peak(budget_problem(smaller, planner)) <= result.budget) {
+      if (min_peak(budget_problem(smaller, planner, flop_cost)) <= result.budget) {
         lo = mid;
       } else {
         hi = mid - 1;
@@ -99,7 +122,7 @@ BudgetPlan make_budget_plan(const AcOptions& options, const JobConfig& config,
   }
   result.plan = plan_from_choice(problem, result.choice);
   result.plan.description = describe(options) + " (" + bytes_text(result.budget) + "): " +
-                            result.certificate();
+                            result.certificate() + "; " + result.cost_note;
   return result;
 }
 
@@ -112,9 +135,5 @@ Plan plan_for_config(const JobConfig& config, const Program& program,
   return make_plan(program, options);
 }
 
-std::vector<BudgetChoice> budget_front(const Program& program, const PlannerOptions& planner,
-                                       int points) {
-  return pareto_front(budget_problem(program, planner), points);
-}
 
 }  // namespace remat

@@ -12,14 +12,24 @@
 
 namespace remat {
 
-// The solver's table for this program and set-up (FLOP cost model).
-BudgetProblem budget_problem(const Program& program, const PlannerOptions& options);
+// The solver's table for this program and set-up, under a cost model.
+BudgetProblem budget_problem(const Program& program, const PlannerOptions& options,
+                             const OpCost& cost);
+
+// The configured cost model: FLOPs, or measured seconds (calibrating or
+// reading the cache; `note` says which and where).
+OpCost cost_model_from_config(const JobConfig& config, const Program& program, std::string* note);
+
+// What a plan's recompute costs under a cost model.
+double recompute_cost(const Program& program, const Plan& plan, const OpCost& cost);
 
 struct BudgetPlan {
   Plan plan;
   BudgetChoice choice;
   int64_t budget = 0;        // bytes
   std::string budget_source; // "memory_budget 0.5", "memory.limit", "physical RAM"
+  std::string cost_unit;     // "FLOPs" or "s"
+  std::string cost_note;     // how the cost model was obtained
   double solve_seconds = 0;
   bool optimal() const { return choice.lower_bound >= choice.cost; }
   // "optimal" or "within 1.2% of optimal (lower bound ...)"
@@ -41,7 +51,5 @@ Plan plan_for_config(const JobConfig& config, const Program& program,
                      const PlannerOptions& planner);
 
 // The trade-off between peak and recompute, for `remat plan --pareto`.
-std::vector<BudgetChoice> budget_front(const Program& program, const PlannerOptions& planner,
-                                       int points);
 
 }  // namespace remat

@@ -111,17 +111,24 @@ int run_plan(JobConfig config, const PlanCommandOptions& options) {
   }
   if (!listed) rows.insert(rows.begin(), chosen);
   // The budget plan at the peak of each fixed mode: never more recompute.
-  const BudgetProblem problem = budget_problem(model.program, planner);
-  std::vector<std::pair<Prediction, Prediction>> at_fixed;
-  for (const Prediction& fixed : rows) {
-    if (fixed.name != "selective 2" && fixed.name != "op threshold 0" &&
-        fixed.name != "op threshold 1e50" && fixed.name != "op configured") {
-      continue;
-    }
+  std::string cost_note;
+  const OpCost cost = cost_model_from_config(config, model.program, &cost_note);
+  const bool measured = config.activation_checkpoint.cost_model == "measured";
+  const BudgetProblem problem = budget_problem(model.program, planner, cost);
+  struct AtFixed {
+    Prediction fixed, budget;
+    double fixed_cost, budget_cost;  // under the configured cost model
+  };
+  std::vector<AtFixed> at_fixed;
+  for (const NamedMode& mode : comparison_modes(configured)) {
+    if (mode.name == "none" || mode.name == "full") continue;
+    const Plan fixed_plan = make_plan(model.program, mode.options);
+    Prediction fixed = predict(model.program, fixed_plan, planner);
+    fixed.name = mode.name;
     const BudgetChoice c = solve_budget(problem, fixed.peak_bytes);
     Prediction p = predict(model.program, plan_from_choice(problem, c), planner);
-    p.name = "budget @ " + fixed.name;
-    at_fixed.emplace_back(fixed, p);
+    p.name = "budget @ " + mode.name;
+    at_fixed.push_back({fixed, p, recompute_cost(model.program, fixed_plan, cost), c.cost});
   }
   std::vector<BudgetChoice> front;
   if (!options.pareto_path.empty()) front = pareto_front(problem, options.pareto_points);
@@ -164,12 +171,15 @@ int run_plan(JobConfig config, const PlanCommandOptions& options) {
                      {"seconds", budget.solve_seconds}};
     }
     j["budget_at_fixed_modes"] = nlohmann::json::array();
-    for (const auto& [fixed, p] : at_fixed) {
-      j["budget_at_fixed_modes"].push_back({{"mode", fixed.name},
-                                            {"fixed_peak_bytes", fixed.peak_bytes},
-                                            {"fixed_recompute_flops", fixed.recompute_flops},
-                                            {"budget_peak_bytes", p.peak_bytes},
-                                            {"budget_recompute_flops", p.recompute_flops}});
+    j["cost_model"] = cost_note;
+    for (const AtFixed& a : at_fixed) {
+      j["budget_at_fixed_modes"].push_back({{"mode", a.fixed.name},
+                                            {"fixed_peak_bytes", a.fixed.peak_bytes},
+                                            {"fixed_recompute_flops", a.fixed.recompute_flops},
+                                            {"fixed_cost", a.fixed_cost},
+                                            {"budget_peak_bytes", a.budget.peak_bytes},
+                                            {"budget_recompute_flops", a.budget.recompute_flops},
+                                            {"budget_cost", a.budget_cost}});
     }
     j["modes"] = nlohmann::json::array();
     for (const Prediction& p : rows) j["modes"].push_back(to_json(p));
@@ -191,23 +201,21 @@ int run_plan(JobConfig config, const PlanCommandOptions& options) {
   std::printf("  memory at the peak moment, per device (GiB); * = the configured mode\n");
   std::fputs(format_table(rows, chosen.mode).c_str(), stdout);
   std::printf("  configured: %s\n", chosen.mode.c_str());
+  std::printf("  %s\n", cost_note.c_str());
   if (budget_mode) {
-    std::printf("  budget plan: solved in %.3f s, predicted peak %s, recompute %.4g FLOPs, %s\n",
+    std::printf("  budget plan: solved in %.3f s, predicted peak %s, recompute %.4g %s, %s\n",
                 budget.solve_seconds, format_bytes(budget.choice.peak).c_str(),
-                budget.choice.cost, budget.certificate().c_str());
+                budget.choice.cost, budget.cost_unit.c_str(), budget.certificate().c_str());
   }
-  std::printf("  the budget plan at each fixed mode's peak (least recompute within it):\n");
-  for (const auto& [fixed, p] : at_fixed) {
-    std::printf("    %-18s peak %9s GiB  recompute %.4g TFLOP  -> budget: peak %9s GiB  recompute "
-                "%.4g TFLOP (%+.1f%%)\n",
-                fixed.name.c_str(), gib(fixed.peak_bytes).c_str(),
-                static_cast<double>(fixed.recompute_flops) / 1e12, gib(p.peak_bytes).c_str(),
-                static_cast<double>(p.recompute_flops) / 1e12,
-                fixed.recompute_flops > 0
-                    ? 100.0 * (static_cast<double>(p.recompute_flops) -
-                               static_cast<double>(fixed.recompute_flops)) /
-                          static_cast<double>(fixed.recompute_flops)
-                    : 0.0);
+  const char* unit = measured ? "s" : "FLOPs";
+  std::printf("  the budget plan at each fixed mode's peak (least recompute within it, in %s):\n",
+              unit);
+  for (const AtFixed& a : at_fixed) {
+    std::printf("    %-18s peak %8s GiB  recompute %10.4g  -> budget: peak %8s GiB  recompute "
+                "%10.4g  (%+.1f%%)\n",
+                a.fixed.name.c_str(), gib(a.fixed.peak_bytes).c_str(), a.fixed_cost,
+                gib(a.budget.peak_bytes).c_str(), a.budget_cost,
+                a.fixed_cost > 0 ? 100.0 * (a.budget_cost - a.fixed_cost) / a.fixed_cost : 0.0);
   }
   if (!options.pareto_path.empty()) {
     std::printf("  pareto front: %zu points written to %s\n", front.size(),

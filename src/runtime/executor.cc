@@ -41,6 +41,11 @@ double Executor::run(const Batch& batch) {
       case Step::Kind::kBackward: backward(node, batch); break;
     }
     for (ValueId v : step.free_after) values_[v].reset();
+    if (profiling_ && step.kind == Step::Kind::kForward) {
+      counts_.forward_seconds_by_node.resize(program_.nodes.size());
+      counts_.forward_seconds_by_node[step.node] =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    }
     if (profiling_) {
       counts_.seconds_by_op[std::string(to_string(step.kind)) + " " + op_info(node.kind).name] +=
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -32,6 +32,9 @@ struct ExecutionCounts {
   std::vector<int32_t> recomputed_nodes;  // in execution order
   // Wall time per (phase, op kind name), filled when profiling is on.
   std::map<std::string, double> seconds_by_op;
+  // Wall time of each node's forward step, filled when profiling is on (the
+  // measured cost model times ops with it).
+  std::vector<double> forward_seconds_by_node;
   int64_t executed_flops() const { return forward_flops + recompute_flops + backward_flops; }
 };
 
