@@ -88,6 +88,7 @@ std::vector<Field> fields_of(JobConfig& c) {
       REMAT_FIELD(activation_checkpoint, memory_budget),
       REMAT_FIELD(activation_checkpoint, cost_model),
       REMAT_FIELD(activation_checkpoint, cost_cache),
+      REMAT_FIELD(activation_checkpoint, budget_solver),
       REMAT_FIELD(metrics, log_freq),
       REMAT_FIELD(metrics, jsonl_path),
       REMAT_FIELD(metrics, peak_flops),
@@ -507,6 +508,12 @@ void validate(const JobConfig& c, Schema& schema) {
     v.require(ok, "activation_checkpoint.memory_budget",
               "a fraction in [0, 1] such as \"0.5\" or a size such as \"12GiB\" (at most 1EiB)");
   }
+  double knapsack_fraction = -1;
+  v.require(ac.budget_solver == "remat" ||
+                (ac.budget_solver == "pytorch_knapsack" &&
+                 (ac.mode != "memory_budget" || parse_double(ac.memory_budget, knapsack_fraction))),
+            "activation_checkpoint.budget_solver",
+            "\"remat\", or \"pytorch_knapsack\" with a fractional memory_budget");
   v.require(ac.cost_model == "flops" || ac.cost_model == "measured",
             "activation_checkpoint.cost_model", "\"flops\" or \"measured\"");
   v.require(ac.mode != "memory_budget" || !ac.memory_budget.empty(),

@@ -75,6 +75,9 @@ struct JobConfig {
     // op's forward time on this machine at this shape, calibrated and cached).
     std::string cost_model = "flops";
     std::string cost_cache;               // "" : <job.dump_folder>/op_times.json
+    // "remat" (the true-peak solver) or "pytorch_knapsack" (PyTorch's
+    // saved-bytes knapsack, a baseline to compare against; fraction only).
+    std::string budget_solver = "remat";
   } activation_checkpoint;
   struct Metrics {
     int64_t log_freq = 1;

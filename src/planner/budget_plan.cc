@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "ac/knapsack.h"
 #include "core/error.h"
 #include "models/registry.h"
 #include "planner/op_timing.h"
@@ -129,6 +130,10 @@ BudgetPlan make_budget_plan(const AcOptions& options, const JobConfig& config,
 Plan plan_for_config(const JobConfig& config, const Program& program,
                      const PlannerOptions& planner) {
   const AcOptions options = ac_options_from_config(config);
+  if (options.mode == AcOptions::Mode::kMemoryBudget &&
+      config.activation_checkpoint.budget_solver == "pytorch_knapsack") {
+    return make_pytorch_knapsack_plan(program, std::strtod(options.memory_budget.c_str(), nullptr));
+  }
   if (options.mode == AcOptions::Mode::kMemoryBudget || options.mode == AcOptions::Mode::kAuto) {
     return make_budget_plan(options, config, program, planner).plan;
   }

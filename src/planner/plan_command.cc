@@ -94,14 +94,16 @@ int run_plan(JobConfig config, const PlanCommandOptions& options) {
   const PlannerOptions planner = planner_options_from_config(config);
   const AcOptions configured = ac_options_from_config(config);
 
-  const bool budget_mode = configured.mode == AcOptions::Mode::kMemoryBudget ||
-                           configured.mode == AcOptions::Mode::kAuto;
+  const bool budget_mode = (configured.mode == AcOptions::Mode::kMemoryBudget ||
+                            configured.mode == AcOptions::Mode::kAuto) &&
+                           config.activation_checkpoint.budget_solver == "remat";
   BudgetPlan budget;
   if (budget_mode) budget = make_budget_plan(configured, config, model.program, planner);
   const Plan configured_plan =
-      budget_mode ? budget.plan : make_plan(model.program, configured);
+      budget_mode ? budget.plan : plan_for_config(config, model.program, planner);
   Prediction chosen = predict(model.program, configured_plan, planner);
   chosen.name = budget_mode ? describe(configured) : "configured";
+  if (configured.mode == AcOptions::Mode::kMemoryBudget && !budget_mode) chosen.name = "knapsack";
   std::vector<Prediction> rows;
   bool listed = false;
   for (const NamedMode& mode : comparison_modes(configured)) {
