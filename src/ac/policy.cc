@@ -34,7 +34,10 @@ bool fqn_matches(const std::string& fqn, const std::string& pattern) {
 AcOptions ac_options_from_config(const JobConfig& config) {
   const auto& ac = config.activation_checkpoint;
   AcOptions options;
-  options.mm_flops_threshold = ac.selective_op_ac_mm_flops_threshold;
+  // "auto" is resolved by the planner (planner/budget_plan.h), which prices
+  // candidate thresholds; until then it behaves as 0.
+  options.mm_flops_threshold = ac.selective_op_ac_mm_flops_threshold.value;
+  options.auto_threshold = ac.selective_op_ac_mm_flops_threshold.automatic;
   options.force_recompute_fqns = ac.per_op_sac_force_recompute_mm_by_fqns;
   if (ac.mode == "none") {
     options.mode = AcOptions::Mode::kNone;

@@ -30,7 +30,8 @@
 namespace remat {
 namespace {
 
-using FieldRef = std::variant<int64_t*, double*, bool*, std::string*, std::vector<std::string>*>;
+using FieldRef = std::variant<int64_t*, double*, bool*, std::string*, std::vector<std::string>*,
+                              NumberOrAuto*>;
 
 struct Field {
   std::string_view section;
@@ -132,6 +133,9 @@ std::string render(const FieldRef& ref) {
       for (const auto& s : *v) q.push_back(in_quotes(s));
       return "[" + join(q, ", ") + "]";
     }
+    std::string operator()(NumberOrAuto* v) const {
+      return v->automatic ? "\"auto\"" : format_double(v->value);
+    }
   } visitor;
   return std::visit(visitor, ref);
 }
@@ -139,7 +143,8 @@ std::string render(const FieldRef& ref) {
 const char* expectation(const FieldRef& ref) {
   static const char* const kByIndex[] = {"expected an integer", "expected a number",
                                          "expected true or false", "expected a string",
-                                         "expected a list of strings"};
+                                         "expected a list of strings",
+                                         "expected a number or \"auto\""};
   return kByIndex[ref.index()];
 }
 
@@ -222,6 +227,17 @@ void assign_from_toml(const Field& field, const toml::node& node, const std::str
                                         : node.value_exact<double>();
           if (!v || !std::isfinite(*v)) return false;
           *target = *v;
+          return true;
+        } else if constexpr (std::is_same_v<T, NumberOrAuto>) {
+          if (node.value_exact<std::string>() == std::optional<std::string>("auto")) {
+            *target = NumberOrAuto{0, true};
+            return true;
+          }
+          std::optional<double> v = node.is_integer()
+                                        ? static_cast<double>(*node.value_exact<int64_t>())
+                                        : node.value_exact<double>();
+          if (!v || !std::isfinite(*v)) return false;
+          *target = NumberOrAuto{*v, false};
           return true;
         } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
           const toml::array* array = node.as_array();
@@ -334,6 +350,15 @@ void assign_from_text(const Field& field, const std::string& value) {
           return true;
         } else if constexpr (std::is_same_v<T, std::string>) {
           *target = value;
+          return true;
+        } else if constexpr (std::is_same_v<T, NumberOrAuto>) {
+          if (value == "auto") {
+            *target = NumberOrAuto{0, true};
+            return true;
+          }
+          double number = 0;
+          if (!parse_double(value, number)) return false;
+          *target = NumberOrAuto{number, false};
           return true;
         } else {
           return parse_list(value, *target);
@@ -493,8 +518,10 @@ void validate(const JobConfig& c, Schema& schema) {
   v.require(ac.selective_ac_option == "op" || is_decimal(ac.selective_ac_option),
             "activation_checkpoint.selective_ac_option",
             "\"op\" or a non-negative integer such as \"2\"");
-  v.require(ac.selective_op_ac_mm_flops_threshold >= 0,
-            "activation_checkpoint.selective_op_ac_mm_flops_threshold", "a number >= 0");
+  v.require(ac.selective_op_ac_mm_flops_threshold.automatic ||
+                ac.selective_op_ac_mm_flops_threshold.value >= 0,
+            "activation_checkpoint.selective_op_ac_mm_flops_threshold",
+            "a number >= 0 or \"auto\"");
   bool patterns_ok = true;
   for (const auto& p : ac.per_op_sac_force_recompute_mm_by_fqns) patterns_ok &= !p.empty();
   v.require(patterns_ok, "activation_checkpoint.per_op_sac_force_recompute_mm_by_fqns",

@@ -13,6 +13,13 @@
 
 namespace remat {
 
+// A number, or "auto" (the engine picks it for the run at hand).
+struct NumberOrAuto {
+  double value = 0;
+  bool automatic = false;
+  bool operator==(double x) const { return !automatic && value == x; }
+};
+
 struct JobConfig {
   struct Job {
     std::string description;
@@ -67,7 +74,7 @@ struct JobConfig {
   struct ActivationCheckpoint {
     std::string mode = "selective";       // none | full | selective | memory_budget | auto
     std::string selective_ac_option = "2";  // "op" or a decimal integer
-    double selective_op_ac_mm_flops_threshold = 0;
+    NumberOrAuto selective_op_ac_mm_flops_threshold;  // FLOPs, or "auto"
     std::vector<std::string> per_op_sac_force_recompute_mm_by_fqns = {"moe.router.gate"};
     bool log_mm_flops = false;
     std::string memory_budget;            // fraction "0.5" or size "12GiB"

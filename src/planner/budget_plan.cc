@@ -3,8 +3,11 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <set>
+#include <algorithm>
 
 #include "ac/knapsack.h"
+#include "ac/report.h"
 #include "core/error.h"
 #include "models/registry.h"
 #include "planner/op_timing.h"
@@ -127,9 +130,67 @@ BudgetPlan make_budget_plan(const AcOptions& options, const JobConfig& config,
   return result;
 }
 
+AcOptions resolve_auto_threshold(const Program& program, AcOptions options,
+                                 const PlannerOptions& planner, std::string* why) {
+  if (!options.auto_threshold || options.mode != AcOptions::Mode::kSelectiveOp) return options;
+  options.auto_threshold = false;
+  std::vector<double> candidates = {0};
+  for (const Node& node : program.nodes) {
+    if (node.block >= 0 && op_info(node.kind).op_class == OpClass::kMatmul) {
+      candidates.push_back(static_cast<double>(forward_flops(node)) + 1);
+    }
+  }
+  std::sort(candidates.begin(), candidates.end());
+  candidates.erase(std::unique(candidates.begin(), candidates.end()), candidates.end());
+  struct Priced {
+    double threshold;
+    int64_t peak, recompute;
+  };
+  std::vector<Priced> priced;
+  for (double t : candidates) {
+    options.mm_flops_threshold = t;
+    const Prediction p = predict(program, make_plan(program, options), planner);
+    priced.push_back({t, p.peak_bytes, p.recompute_flops});
+  }
+  const Priced zero = priced.front();
+  Priced best = zero;
+  for (const Priced& c : priced) {
+    if (c.peak > zero.peak || c.recompute > zero.recompute) continue;
+    if (c.peak < best.peak || (c.peak == best.peak && c.recompute < best.recompute)) best = c;
+  }
+  options.mm_flops_threshold = best.threshold;
+  std::set<std::string> taken_out;
+  for (const Node& node : program.nodes) {
+    if (node.block >= 0 && op_info(node.kind).op_class == OpClass::kMatmul &&
+        static_cast<double>(forward_flops(node)) < best.threshold) {
+      taken_out.insert(generalize_layer_index(node.fqn));
+    }
+  }
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                "threshold auto = %.4g: peak %s vs %s at threshold 0, recompute %.4g vs %.4g "
+                "FLOPs (%zu thresholds priced); always recomputed, out of the alternation: ",
+                best.threshold, format_bytes(best.peak).c_str(), format_bytes(zero.peak).c_str(),
+                static_cast<double>(best.recompute), static_cast<double>(zero.recompute),
+                priced.size());
+  *why = buf;
+  if (taken_out.empty()) *why += "none (no threshold beats 0 here)";
+  for (auto it = taken_out.begin(); it != taken_out.end(); ++it) {
+    *why += (it == taken_out.begin() ? "" : ", ") + *it;
+  }
+  return options;
+}
+
 Plan plan_for_config(const JobConfig& config, const Program& program,
                      const PlannerOptions& planner) {
-  const AcOptions options = ac_options_from_config(config);
+  std::string why;
+  const AcOptions options =
+      resolve_auto_threshold(program, ac_options_from_config(config), planner, &why);
+  if (!why.empty()) {
+    Plan plan = make_plan(program, options);
+    plan.description += "; " + why;
+    return plan;
+  }
   if (options.mode == AcOptions::Mode::kMemoryBudget &&
       config.activation_checkpoint.budget_solver == "pytorch_knapsack") {
     return make_pytorch_knapsack_plan(program, std::strtod(options.memory_budget.c_str(), nullptr));

@@ -46,6 +46,14 @@ int64_t resolve_budget(const AcOptions& options, const JobConfig& config, const 
 BudgetPlan make_budget_plan(const AcOptions& options, const JobConfig& config,
                             const Program& program, const PlannerOptions& planner);
 
+// selective_op_ac_mm_flops_threshold = "auto": among thresholds that take
+// the smallest matmuls out of the alternation (0, and just above each
+// matmul's FLOPs), the one with the lowest predicted peak whose peak and
+// recompute are both no worse than threshold 0's. Returns the options with
+// the threshold set; `why` lists the matmuls it takes out and the numbers.
+AcOptions resolve_auto_threshold(const Program& program, AcOptions options,
+                                 const PlannerOptions& planner, std::string* why);
+
 // The plan any mode runs (budget modes solved here, the others by make_plan).
 Plan plan_for_config(const JobConfig& config, const Program& program,
                      const PlannerOptions& planner);

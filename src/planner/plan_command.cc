@@ -92,7 +92,9 @@ int run_plan(JobConfig config, const PlanCommandOptions& options) {
   const auto& t = config.training;
   BuiltModel model = build_model(config.model, t.local_batch_size, t.seq_len);
   const PlannerOptions planner = planner_options_from_config(config);
-  const AcOptions configured = ac_options_from_config(config);
+  std::string auto_why;
+  const AcOptions configured =
+      resolve_auto_threshold(model.program, ac_options_from_config(config), planner, &auto_why);
 
   const bool budget_mode = (configured.mode == AcOptions::Mode::kMemoryBudget ||
                             configured.mode == AcOptions::Mode::kAuto) &&
@@ -174,6 +176,7 @@ int run_plan(JobConfig config, const PlanCommandOptions& options) {
     }
     j["budget_at_fixed_modes"] = nlohmann::json::array();
     j["cost_model"] = cost_note;
+    j["auto_threshold"] = auto_why;
     for (const AtFixed& a : at_fixed) {
       j["budget_at_fixed_modes"].push_back({{"mode", a.fixed.name},
                                             {"fixed_peak_bytes", a.fixed.peak_bytes},

@@ -230,6 +230,20 @@ TEST(Config, OverridesOfEveryType) {
   EXPECT_EQ(c.validation.steps, -1);
 }
 
+TEST(Config, ThresholdIsANumberOrAuto) {
+  const JobConfig toml = parse(
+      "[activation_checkpoint]\nselective_op_ac_mm_flops_threshold = \"auto\"\n", {});
+  EXPECT_TRUE(toml.activation_checkpoint.selective_op_ac_mm_flops_threshold.automatic);
+  const JobConfig cli =
+      parse("", {"--activation_checkpoint.selective_op_ac_mm_flops_threshold", "auto"});
+  EXPECT_TRUE(cli.activation_checkpoint.selective_op_ac_mm_flops_threshold.automatic);
+  const JobConfig number = parse("[activation_checkpoint]\nselective_op_ac_mm_flops_threshold = 7\n", {});
+  EXPECT_EQ(number.activation_checkpoint.selective_op_ac_mm_flops_threshold, 7.0);
+  const std::string e =
+      error_of_overrides({"--activation_checkpoint.selective_op_ac_mm_flops_threshold=often"});
+  EXPECT_NE(e.find("expected a number or \"auto\""), std::string::npos) << e;
+}
+
 TEST(Config, ListOverrideForms) {
   auto list = [](const std::string& value) {
     return parse("", {"--activation_checkpoint.per_op_sac_force_recompute_mm_by_fqns=" + value})
@@ -345,6 +359,10 @@ TEST(Config, OutOfRangeValuesNameKeyValueAndExpectation) {
       {"--activation_checkpoint.selective_op_ac_mm_flops_threshold=-1",
        "activation_checkpoint.selective_op_ac_mm_flops_threshold = -1"},
       {"--activation_checkpoint.memory_budget=lots", "activation_checkpoint.memory_budget"},
+      {"--activation_checkpoint.memory_budget=1e30GiB", "activation_checkpoint.memory_budget"},
+      {"--activation_checkpoint.cost_model=guess", "activation_checkpoint.cost_model"},
+      {"--activation_checkpoint.budget_solver=greedy", "activation_checkpoint.budget_solver"},
+      {"--memory.limit=1e30GiB", "memory.limit"},
       {"--model.name=gpt2", "model.name = \"gpt2\""},
       {"--parallelism.data_parallel_shard_degree=0", "parallelism.data_parallel_shard_degree = 0"},
       {"--checkpoint.interval=0", "checkpoint.interval = 0"},
