@@ -23,7 +23,8 @@ const char* kUsage =
     "  eval    print the validation loss of --checkpoint.load on --validation.dataset\n"
     "  plan    predict peak memory and recompute per AC mode without running;\n"
     "          --json for tools, --mm for the matmul table, --torchtitan for bf16 x 8 ranks,\n"
-    "          --pareto FILE.svg|.csv|.json for the memory_budget front\n"
+    "          --pareto FILE.svg|.csv|.json for the memory_budget front,\n"
+    "          --explain for each value the plan keeps or rebuilds\n"
     "  grads   one forward/backward pass; --tokens FILE.npy --out FILE.safetensors\n"
     "          (the gradient dump the PyTorch oracle test compares)\n"
     "Any config key can be overridden as --section.key value or --section.key=value.\n";
@@ -96,6 +97,8 @@ int dispatch(int argc, char** argv) {
         options.matmuls = true;
       } else if (arg == "--torchtitan") {
         options.torchtitan = true;
+      } else if (arg == "--explain") {
+        options.explain = true;
       } else {
         rest.push_back(argv[i]);
       }

@@ -6,6 +6,7 @@
 
 #include "ac/report.h"
 #include "planner/budget_plan.h"
+#include "planner/explain.h"
 #include "planner/pareto_output.h"
 #include "core/error.h"
 #include "models/registry.h"
@@ -225,6 +226,9 @@ int run_plan(JobConfig config, const PlanCommandOptions& options) {
   if (!options.pareto_path.empty()) {
     std::printf("  pareto front: %zu points written to %s\n", front.size(),
                 options.pareto_path.c_str());
+  }
+  if (options.explain) {
+    std::fputs(explain_plan(model.program, configured_plan, planner, cost, unit).c_str(), stdout);
   }
   for (const std::string& w : chosen.warnings) std::printf("warning: %s\n", w.c_str());
   if (options.matmuls) {

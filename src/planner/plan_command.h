@@ -16,6 +16,7 @@ struct PlanCommandOptions {
                             // sharded over 8, 80GiB per device
   std::string pareto_path;  // --pareto FILE.svg|.csv|.json: the peak/recompute front
   int pareto_points = 64;   // budgets the front is solved at
+  bool explain = false;     // list each value the configured plan keeps or rebuilds
 };
 
 PlannerOptions planner_options_from_config(const JobConfig& config);
