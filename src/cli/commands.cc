@@ -24,7 +24,8 @@ const char* kUsage =
     "  plan    predict peak memory and recompute per AC mode without running;\n"
     "          --json for tools, --mm for the matmul table, --torchtitan for bf16 x 8 ranks,\n"
     "          --pareto FILE.svg|.csv|.json for the memory_budget front,\n"
-    "          --explain for each value the plan keeps or rebuilds\n"
+    "          --explain for each value the plan keeps or rebuilds,\n"
+    "          --maximize throughput for the batch size and plan with the most tokens/s\n"
     "  grads   one forward/backward pass; --tokens FILE.npy --out FILE.safetensors\n"
     "          (the gradient dump the PyTorch oracle test compares)\n"
     "Any config key can be overridden as --section.key value or --section.key=value.\n";
@@ -103,7 +104,14 @@ int dispatch(int argc, char** argv) {
         rest.push_back(argv[i]);
       }
     }
-    Arguments a = parse_arguments(static_cast<int>(rest.size()), rest.data(), {"pareto"});
+    Arguments a =
+        parse_arguments(static_cast<int>(rest.size()), rest.data(), {"pareto", "maximize"});
+    if (a.extra.count("maximize")) {
+      if (a.extra["maximize"] != "throughput") {
+        throw InputError("--maximize " + a.extra["maximize"] + ": expected \"throughput\"");
+      }
+      options.maximize_throughput = true;
+    }
     if (a.extra.count("pareto")) {
       options.pareto_path = a.extra["pareto"];
       check_pareto_path(options.pareto_path);

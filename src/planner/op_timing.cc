@@ -1,6 +1,8 @@
 #include "planner/op_timing.h"
 
 #include <algorithm>
+#include <chrono>
+#include <stdexcept>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -13,6 +15,7 @@
 #include "io/files.h"
 #include "kernels/cpu/kernels.h"
 #include "models/registry.h"
+#include "ac/budget.h"
 #include "planner/planner.h"
 #include "runtime/executor.h"
 #include "train/metrics.h"
@@ -22,6 +25,7 @@ namespace remat {
 namespace {
 
 constexpr int kTimedPasses = 5;
+constexpr const char* kUpdateKey = "update per parameter";
 
 int training_threads(const JobConfig& config) {
   const auto t = static_cast<int>(config.training.threads);
@@ -74,24 +78,17 @@ void write_cache(const std::string& path, const OpTimes& times) {
   out.commit();
 }
 
-// Times the forward of every node of the first blocks of the model.
+// Times a training step of the first blocks of the model: every node's
+// forward and backward, and the parameter update per parameter.
 std::map<std::string, double> calibrate(const JobConfig& config, const Program& program) {
   JobConfig::Model cut = config.model;
   cut.n_layers = std::min<int64_t>(2, program.n_blocks);
   const Program small = build_model(cut, program.batch, program.seq).program;
-  const Plan plan = make_inference_plan(small);
-  const int64_t available = config.memory.limit.empty()
-                                ? physical_memory_bytes()
-                                : static_cast<int64_t>(parse_memory_size(config.memory.limit));
-  int64_t need = 0;
-  {
-    // A forward-only replay on a counting allocator: what calibrating holds.
-    Allocator counting(/*counting_only=*/true);
-    ModelState books(small, counting, /*with_gradients=*/false);
-    Executor dry(small, make_schedule(small, plan, /*with_backward=*/false), counting, books);
-    dry.run(Batch{nullptr, nullptr});
-    need = counting.peak();
-  }
+  const Plan plan = make_reference_plan(small);
+  // Calibration runs before training, not beside it: it needs the RAM, not
+  // the run's memory.limit.
+  const int64_t available = physical_memory_bytes();
+  const int64_t need = predict(small, plan, PlannerOptions{}).peak_bytes;
   if (need > available) {
     throw InputError("activation_checkpoint.cost_model = \"measured\": calibrating needs " +
                      format_bytes(need) + " (two blocks at this batch and seq_len) but " +
@@ -99,8 +96,9 @@ std::map<std::string, double> calibrate(const JobConfig& config, const Program& 
   }
   cpu::set_num_threads(training_threads(config));
   Allocator allocator;
-  ModelState state(small, allocator, /*with_gradients=*/false);
+  ModelState state(small, allocator, /*with_gradients=*/true);
   state.initialize(static_cast<uint64_t>(config.training.seed));
+  state.ensure_optimizer_state();
   const int64_t tokens = small.batch * small.seq;
   std::vector<int32_t> inputs(tokens), targets(tokens);
   std::mt19937 rng(1234);
@@ -113,22 +111,50 @@ std::map<std::string, double> calibrate(const JobConfig& config, const Program& 
     inputs[i] = token(rng);
     targets[i] = token(rng);
   }
-  Executor executor(small, make_schedule(small, plan, /*with_backward=*/false), allocator, state);
+  Executor executor(small, make_schedule(small, plan, /*with_backward=*/true), allocator, state);
   executor.set_profiling(true);
-  std::vector<double> best(small.nodes.size(), std::numeric_limits<double>::infinity());
+  const size_t n_nodes = small.nodes.size();
+  std::vector<double> forward(n_nodes, std::numeric_limits<double>::infinity());
+  std::vector<double> backward = forward;
+  double update = std::numeric_limits<double>::infinity();
   for (int pass = 0; pass <= kTimedPasses; ++pass) {
+    state.zero_gradients();
     executor.run(Batch{inputs.data(), targets.data()});
+    // What the trainer does per parameter besides: the norm for clipping
+    // and AdamW (the update itself is tiny: lr 0).
+    const auto start = std::chrono::steady_clock::now();
+    double norm = 0;
+    for (size_t i = 0; i < state.params.size(); ++i) {
+      if (!small.params[i].trainable) continue;
+      const Tensor& g = state.grads[i];
+      for (int64_t k = 0; k < g.numel(); ++k) norm += static_cast<double>(g.data()[k]) * g.data()[k];
+      cpu::adamw_update(state.params[i].data(), g.data(), state.exp_avg[i].data(),
+                        state.exp_avg_sq[i].data(), state.params[i].numel(), 0.0f, 0.9f, 0.95f,
+                        1e-8f, 0.0f, pass + 1);
+    }
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (!(norm >= 0)) throw std::logic_error("calibration: non-finite gradients");
     if (pass == 0) continue;  // warm-up: page faults, caches
-    const auto& s = executor.counts().forward_seconds_by_node;
-    for (size_t n = 0; n < s.size(); ++n) best[n] = std::min(best[n], s[n]);
+    update = std::min(update, seconds);
+    const auto& f = executor.counts().forward_seconds_by_node;
+    const auto& b = executor.counts().backward_seconds_by_node;
+    for (size_t n = 0; n < n_nodes; ++n) {
+      forward[n] = std::min(forward[n], f[n]);
+      backward[n] = std::min(backward[n], b[n]);
+    }
   }
   std::map<std::string, double> times;
-  for (size_t n = 0; n < small.nodes.size(); ++n) {
-    if (small.nodes[n].block < 0) continue;
+  auto keep_min = [&times](const std::string& key, double seconds) {
+    auto it = times.find(key);
+    times[key] = it == times.end() ? seconds : std::min(it->second, seconds);
+  };
+  for (size_t n = 0; n < n_nodes; ++n) {
     const std::string sig = op_signature(small.nodes[n]);
-    auto it = times.find(sig);
-    times[sig] = it == times.end() ? best[n] : std::min(it->second, best[n]);
+    keep_min("forward " + sig, forward[n]);
+    keep_min("backward " + sig, backward[n]);
   }
+  times[kUpdateKey] = update / static_cast<double>(small.num_parameters());
   return times;
 }
 
@@ -152,9 +178,10 @@ OpTimes load_or_measure_op_times(const JobConfig& config, const Program& program
   t.machine = cpu_model_name() + ", " + std::to_string(training_threads(config)) + " threads";
   check_output_file(t.path, "activation_checkpoint.cost_cache");
   t.seconds = read_cache(t.path, t.machine);
-  bool complete = true;
+  bool complete = t.seconds.count(kUpdateKey) > 0;
   for (const Node& node : program.nodes) {
-    if (node.block >= 0 && !t.seconds.count(op_signature(node))) complete = false;
+    complete = complete && t.seconds.count("forward " + op_signature(node)) &&
+               t.seconds.count("backward " + op_signature(node));
   }
   if (complete) return t;
   for (const auto& [sig, seconds] : calibrate(config, program)) t.seconds[sig] = seconds;
@@ -165,9 +192,23 @@ OpTimes load_or_measure_op_times(const JobConfig& config, const Program& program
 
 OpCost measured_op_cost(const OpTimes& times) {
   return [seconds = times.seconds](const Node& node) {
-    auto it = seconds.find(op_signature(node));
+    auto it = seconds.find("forward " + op_signature(node));
     return it == seconds.end() ? 0.0 : it->second;
   };
+}
+
+double predicted_step_seconds(const OpTimes& times, const Program& program, const Plan& plan) {
+  auto at = [&times](const std::string& key) {
+    auto it = times.seconds.find(key);
+    if (it == times.seconds.end()) throw std::logic_error("op times: no entry for " + key);
+    return it->second;
+  };
+  double seconds = at(kUpdateKey) * static_cast<double>(program.num_parameters());
+  for (size_t n = 0; n < program.nodes.size(); ++n) {
+    const std::string sig = op_signature(program.nodes[n]);
+    seconds += at("forward " + sig) * (plan.recompute[n] ? 2 : 1) + at("backward " + sig);
+  }
+  return seconds;
 }
 
 }  // namespace remat

@@ -8,6 +8,7 @@
 #include "planner/budget_plan.h"
 #include "planner/explain.h"
 #include "planner/pareto_output.h"
+#include "planner/throughput.h"
 #include "core/error.h"
 #include "models/registry.h"
 #include "train/metrics.h"
@@ -81,6 +82,40 @@ PlannerOptions planner_options_from_config(const JobConfig& config) {
   return o;
 }
 
+namespace {
+
+int run_maximize_throughput(const JobConfig& config, const PlannerOptions& planner, bool json) {
+  const std::vector<ThroughputChoice> choices = maximize_throughput(config, planner);
+  if (json) {
+    nlohmann::json j = nlohmann::json::array();
+    for (const ThroughputChoice& c : choices) {
+      j.push_back({{"local_batch_size", c.batch},
+                   {"peak_bytes", c.peak_bytes},
+                   {"recompute_seconds", c.recompute_seconds},
+                   {"step_seconds", c.step_seconds},
+                   {"tokens_per_second", c.tokens_per_second}});
+    }
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
+  std::printf("remat plan --maximize throughput: seq %lld, within %s; best first\n",
+              static_cast<long long>(config.training.seq_len),
+              format_bytes(planner.device_memory > 0 ? planner.device_memory
+                                                     : physical_memory_bytes())
+                  .c_str());
+  std::printf("  %6s  %12s  %14s  %12s  %14s  %s\n", "batch", "peak", "recompute s", "step s",
+              "tokens/s", "plan");
+  for (size_t i = 0; i < choices.size() && i < 5; ++i) {
+    const ThroughputChoice& c = choices[i];
+    std::printf("  %6lld  %12s  %14.4f  %12.4f  %14.0f  %s\n", static_cast<long long>(c.batch),
+                format_bytes(c.peak_bytes).c_str(), c.recompute_seconds, c.step_seconds,
+                c.tokens_per_second, c.plan.c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
 int run_plan(JobConfig config, const PlanCommandOptions& options) {
   const auto start = std::chrono::steady_clock::now();
   if (options.torchtitan) {
@@ -91,6 +126,9 @@ int run_plan(JobConfig config, const PlanCommandOptions& options) {
     if (config.memory.limit.empty()) config.memory.limit = "80GiB";
   }
   const auto& t = config.training;
+  if (options.maximize_throughput) {
+    return run_maximize_throughput(config, planner_options_from_config(config), options.json);
+  }
   BuiltModel model = build_model(config.model, t.local_batch_size, t.seq_len);
   const PlannerOptions planner = planner_options_from_config(config);
   std::string auto_why;

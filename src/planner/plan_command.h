@@ -17,6 +17,7 @@ struct PlanCommandOptions {
   std::string pareto_path;  // --pareto FILE.svg|.csv|.json: the peak/recompute front
   int pareto_points = 64;   // budgets the front is solved at
   bool explain = false;     // list each value the configured plan keeps or rebuilds
+  bool maximize_throughput = false;  // search local_batch_size with the budget plan
 };
 
 PlannerOptions planner_options_from_config(const JobConfig& config);

@@ -41,9 +41,11 @@ double Executor::run(const Batch& batch) {
       case Step::Kind::kBackward: backward(node, batch); break;
     }
     for (ValueId v : step.free_after) values_[v].reset();
-    if (profiling_ && step.kind == Step::Kind::kForward) {
-      counts_.forward_seconds_by_node.resize(program_.nodes.size());
-      counts_.forward_seconds_by_node[step.node] =
+    if (profiling_ && step.kind != Step::Kind::kRecompute) {
+      auto& by_node = step.kind == Step::Kind::kForward ? counts_.forward_seconds_by_node
+                                                        : counts_.backward_seconds_by_node;
+      by_node.resize(program_.nodes.size());
+      by_node[step.node] =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     }
     if (profiling_) {

@@ -35,6 +35,7 @@ struct ExecutionCounts {
   // Wall time of each node's forward step, filled when profiling is on (the
   // measured cost model times ops with it).
   std::vector<double> forward_seconds_by_node;
+  std::vector<double> backward_seconds_by_node;
   int64_t executed_flops() const { return forward_flops + recompute_flops + backward_flops; }
 };
 

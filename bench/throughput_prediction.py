@@ -1,0 +1,79 @@
+"""`remat plan --maximize throughput` against the runs it predicts.
+
+Calibrates op times afresh (a new cache file), asks the planner for the best
+batch sizes within a memory limit, then trains each of the top --choices
+choices with mode "auto" (the fastest plan that fits memory.limit, measured
+cost model, same cache) and compares the predicted tokens/s with the median
+measured one. With --write, replaces the "throughput_prediction" section of
+BENCHMARKS.md.
+
+Usage: /usr/bin/python3 bench/throughput_prediction.py [--remat build/remat]
+       [--limit 300MiB] [--choices 3] [--steps 6] [--write]
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import tempfile
+import time
+
+from benchmarks_file import markers, replace_section
+
+AC = "--activation_checkpoint."
+MODEL = ["--config", "configs/llama3_debug.toml"]
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--remat", default="build/remat")
+    parser.add_argument("--limit", default="300MiB")
+    parser.add_argument("--choices", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--write", action="store_true")
+    args = parser.parse_args()
+    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo")
+                if l.startswith("model name")), "?")
+    flags = next((l for l in open("/proc/cpuinfo") if l.startswith("flags")), "")
+    isa = "AVX-512 + AVX512-BF16" if "avx512_bf16" in flags else (
+        "AVX-512" if "avx512f" in flags else "AVX2 + FMA")
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        common = [*MODEL, "--memory.limit", args.limit, "--job.dump_folder", tmp,
+                  AC + "cost_cache", os.path.join(tmp, "times.json"), "--training.threads", "2"]
+        choices = json.loads(subprocess.run(
+            [args.remat, "plan", *common, "--maximize", "throughput", "--json"],
+            check=True, capture_output=True, text=True).stdout)
+        for c in choices[:args.choices]:
+            metrics = os.path.join(tmp, "m.jsonl")
+            subprocess.run([args.remat, "train", *common, AC + "mode", "auto",
+                            AC + "cost_model", "measured",
+                            "--training.local_batch_size", str(c["local_batch_size"]),
+                            "--training.steps", str(args.steps + 2), "--metrics.jsonl_path",
+                            metrics], check=True, capture_output=True)
+            steps = [json.loads(l) for l in open(metrics)][2:]
+            measured = statistics.median(s["tps"] for s in steps)
+            rows.append((c, measured, max(s["peak_bytes"] for s in steps)))
+            print(rows[-1], flush=True)
+    begin, end = markers("throughput_prediction")
+    out = [begin, "## Predicted against measured tokens/s (`remat plan --maximize throughput`)", "",
+           f"Command: `/usr/bin/python3 bench/throughput_prediction.py --write` on {cpu} ({isa}), "
+           f"{os.cpu_count()} cores, 2 threads, {time.strftime('%Y-%m-%d %H:%M')} UTC, 1-minute "
+           f"load average {os.getloadavg()[0]:.1f} at the end. llama3 debug, seq 256, "
+           f"memory.limit {args.limit}; each choice trained with mode \"auto\" and the measured "
+           f"cost model; median of {args.steps} steps after 2 warm-up steps.", "",
+           "| local_batch_size | predicted peak MiB | measured peak MiB | predicted tokens/s | "
+           "measured tokens/s | error |", "|---:|---:|---:|---:|---:|---:|"]
+    for c, measured, peak in rows:
+        err = c["tokens_per_second"] / measured - 1
+        out.append(f"| {c['local_batch_size']} | {c['peak_bytes'] / 2**20:,.2f} | "
+                   f"{peak / 2**20:,.2f} | {c['tokens_per_second']:,.0f} | {measured:,.0f} | "
+                   f"{100 * err:+.1f}% |")
+    out += ["", end]
+    text = "\n".join(out)
+    print(text)
+    if args.write:
+        replace_section("throughput_prediction", text)
+
+
+main()

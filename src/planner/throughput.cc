@@ -1,0 +1,67 @@
+#include "planner/throughput.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "models/registry.h"
+#include "planner/budget_plan.h"
+#include "planner/op_timing.h"
+#include "train/metrics.h"
+
+namespace remat {
+
+namespace {
+
+// 1, 2, 3, 4, 6, 8, 12, 16, ...: powers of two and the points between.
+std::vector<int64_t> candidate_batches(int64_t most) {
+  std::vector<int64_t> out;
+  for (int64_t p = 1; p <= most; p *= 2) {
+    out.push_back(p);
+    if (p >= 2 && p + p / 2 <= most) out.push_back(p + p / 2);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace
+
+std::vector<ThroughputChoice> maximize_throughput(const JobConfig& config,
+                                                  const PlannerOptions& planner) {
+  const int64_t device = planner.device_memory > 0 ? planner.device_memory
+                                                   : physical_memory_bytes();
+  JobConfig measured = config;
+  measured.activation_checkpoint.cost_model = "measured";
+  std::vector<ThroughputChoice> choices;
+  constexpr int64_t kMostBatch = 256;
+  for (int64_t batch : candidate_batches(kMostBatch)) {
+    const Program program = build_model(config.model, batch, config.training.seq_len).program;
+    // The lowest peak only grows with the batch: stop at the first that
+    // cannot fit, before calibrating it.
+    if (min_peak(budget_problem(program, planner, [](const Node&) { return 0.0; })) > device) {
+      break;
+    }
+    const OpTimes times = load_or_measure_op_times(measured, program);
+    const BudgetProblem problem = budget_problem(program, planner, measured_op_cost(times));
+    const BudgetChoice c = solve_budget(problem, device);
+    const Plan plan = plan_from_choice(problem, c);
+    ThroughputChoice t;
+    t.batch = batch;
+    t.peak_bytes = c.peak;
+    t.recompute_seconds = c.cost;
+    t.step_seconds = predicted_step_seconds(times, program, plan);
+    t.tokens_per_second = static_cast<double>(batch * config.training.seq_len) / t.step_seconds;
+    t.plan = c.lower_bound >= c.cost ? "memory_budget (optimal)" : "memory_budget (bounded)";
+    choices.push_back(t);
+  }
+  if (choices.empty()) {
+    throw InputError("--maximize throughput: not even local_batch_size = 1 fits " +
+                     format_bytes(device) + " at seq_len " +
+                     std::to_string(config.training.seq_len));
+  }
+  std::sort(choices.begin(), choices.end(), [](const ThroughputChoice& a, const ThroughputChoice& b) {
+    return a.tokens_per_second > b.tokens_per_second;
+  });
+  return choices;
+}
+
+}  // namespace remat

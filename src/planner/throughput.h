@@ -1,0 +1,29 @@
+// `remat plan --maximize throughput`: the batch size and the budget plan
+// together. For each candidate local_batch_size whose lowest reachable peak
+// fits the device (memory.limit or physical RAM), the budget solver picks the
+// least-recompute plan under the measured cost model, and a step's time is
+// predicted from the calibrated op times (op_timing.h).
+#pragma once
+
+#include <vector>
+
+#include "ac/plan.h"
+#include "io/config.h"
+#include "planner/planner.h"
+
+namespace remat {
+
+struct ThroughputChoice {
+  int64_t batch = 0;
+  int64_t peak_bytes = 0;        // predicted
+  double recompute_seconds = 0;  // measured cost model
+  double step_seconds = 0;       // predicted
+  double tokens_per_second = 0;  // predicted
+  std::string plan;              // description
+};
+
+// Best first. InputError when not even batch 1 fits.
+std::vector<ThroughputChoice> maximize_throughput(const JobConfig& config,
+                                                  const PlannerOptions& planner);
+
+}  // namespace remat
