@@ -33,7 +33,7 @@ struct State {
 
 // States kept per block before the exact program gives way to the bucketed
 // one; the bucket width then keeps about this many.
-constexpr size_t kExactStates = 4096;
+constexpr size_t kExactStates = 1 << 15;
 constexpr int64_t kBuckets = 2048;
 constexpr int64_t kRestBuckets = 4096;
 
@@ -90,38 +90,59 @@ BudgetChoice least_cost(const BudgetProblem& pb, int64_t budget, Rounding roundi
   }
   std::vector<std::vector<State>> layers(n + 1);
   layers[0].push_back({0, 0.0, -1, -1});
-  std::vector<State> next;
   for (int32_t b = 0; b < n; ++b) {
     const auto& prev = layers[b];
     const auto& opts = pb.options[pb.block_class[b]];
     const int64_t room = budget - pb.outside_all_kept - least_rest[b + 1];
-    next.clear();
+    // Each option extends a prefix of the previous states (those that leave
+    // room for its window); each extension is sorted by kept bytes with
+    // falling cost, so a k-way merge yields the new front in order.
+    struct Cursor {
+      int64_t kept;
+      double cost;
+      int32_t option, state;
+    };
+    auto later = [](const Cursor& x, const Cursor& y) {
+      return x.kept != y.kept ? x.kept > y.kept : x.cost > y.cost;
+    };
+    auto at = [&](int32_t o, int32_t s) {
+      return Cursor{round_kept(prev[s].kept + opts[o].kept_bytes, width, rounding),
+                    prev[s].cost + opts[o].cost, o, s};
+    };
+    std::vector<int32_t> usable(opts.size(), 0);
+    std::vector<Cursor> heap;
     for (int32_t o = 0; o < static_cast<int32_t>(opts.size()); ++o) {
       const int64_t limit = budget - window_peak(pb, b, opts[o]);
-      for (int32_t s = 0; s < static_cast<int32_t>(prev.size()) && prev[s].kept <= limit; ++s) {
-        const int64_t kept = round_kept(prev[s].kept + opts[o].kept_bytes, width, rounding);
-        const double cost = prev[s].cost + opts[o].cost;
-        if (kept > room) continue;
-        if (cost_cap != kNoCostCap &&
-            !cost_leq(cost + rest_lower_bound(pb, b + 1, budget - pb.outside_all_kept - kept),
-                      cost_cap)) {
-          continue;  // cannot beat a plan already known
-        }
-        next.push_back({kept, cost, s, o});
-      }
+      usable[o] = static_cast<int32_t>(
+          std::upper_bound(prev.begin(), prev.end(), limit,
+                           [](int64_t x, const State& st) { return x < st.kept; }) -
+          prev.begin());
+      if (usable[o] > 0) heap.push_back(at(o, 0));
     }
-    std::sort(next.begin(), next.end(), [](const State& x, const State& y) {
-      return x.kept != y.kept ? x.kept < y.kept : x.cost < y.cost;
-    });
+    std::make_heap(heap.begin(), heap.end(), later);
     auto& layer = layers[b + 1];
-    for (const State& s : next) {
-      if (!layer.empty() && s.cost >= layer.back().cost) continue;
+    while (!heap.empty()) {
+      std::pop_heap(heap.begin(), heap.end(), later);
+      const Cursor c = heap.back();
+      heap.pop_back();
+      if (c.kept > room) continue;  // and so is the rest of this option's list
+      if (c.state + 1 < usable[c.option]) {
+        heap.push_back(at(c.option, c.state + 1));
+        std::push_heap(heap.begin(), heap.end(), later);
+      }
+      if (!layer.empty() && c.cost >= layer.back().cost) continue;
+      if (cost_cap != kNoCostCap &&
+          !cost_leq(c.cost + rest_lower_bound(pb, b + 1, budget - pb.outside_all_kept - c.kept),
+                    cost_cap)) {
+        continue;  // cannot beat a plan already known
+      }
+      const State st{c.kept, c.cost, c.state, c.option};
       // Thinned: a cheaper state in the same bucket replaces the last one.
       if (rounding == Rounding::kThinned && !layer.empty() &&
-          layer.back().kept / width == s.kept / width) {
-        layer.back() = s;
+          layer.back().kept / width == st.kept / width) {
+        layer.back() = st;
       } else {
-        layer.push_back(s);
+        layer.push_back(st);
       }
     }
     if (layer.empty()) return choice;
