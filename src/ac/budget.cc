@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 #include <map>
+#include <tuple>
 #include <stdexcept>
 
 namespace remat {
@@ -50,6 +51,31 @@ int64_t most_kept(const BudgetProblem& pb) {
   return most;
 }
 
+// The options of block b that no other option of it beats in kept bytes,
+// window peak and cost together.
+std::vector<int32_t> undominated_at(const BudgetProblem& pb, int32_t b) {
+  const auto& opts = pb.options[pb.block_class[b]];
+  std::vector<int32_t> order(opts.size());
+  for (size_t o = 0; o < order.size(); ++o) order[o] = static_cast<int32_t>(o);
+  auto key = [&](int32_t o) {
+    return std::make_tuple(opts[o].cost, opts[o].kept_bytes, window_peak(pb, b, opts[o]));
+  };
+  std::sort(order.begin(), order.end(), [&](int32_t x, int32_t y) { return key(x) < key(y); });
+  std::vector<int32_t> kept;
+  for (int32_t o : order) {
+    bool dominated = false;
+    for (int32_t f : kept) {
+      if (opts[f].kept_bytes <= opts[o].kept_bytes &&
+          window_peak(pb, b, opts[f]) <= window_peak(pb, b, opts[o])) {
+        dominated = true;  // and no more cost, by the order
+        break;
+      }
+    }
+    if (!dominated) kept.push_back(o);
+  }
+  return kept;
+}
+
 // A lower bound on what blocks b.. cost when they may keep `room` bytes.
 double rest_lower_bound(const BudgetProblem& pb, int32_t b, int64_t room) {
   if (pb.rest_cost.empty()) return 0;
@@ -88,6 +114,8 @@ BudgetChoice least_cost(const BudgetProblem& pb, int64_t budget, Rounding roundi
     for (const BlockOption& o : pb.options[pb.block_class[b]]) least = std::min(least, o.kept_bytes);
     least_rest[b] = least_rest[b + 1] + least;
   }
+  std::vector<std::vector<int32_t>> useful_options(n);
+  for (int32_t b = 0; b < n; ++b) useful_options[b] = undominated_at(pb, b);
   std::vector<std::vector<State>> layers(n + 1);
   layers[0].push_back({0, 0.0, -1, -1});
   for (int32_t b = 0; b < n; ++b) {
@@ -109,9 +137,12 @@ BudgetChoice least_cost(const BudgetProblem& pb, int64_t budget, Rounding roundi
       return Cursor{round_kept(prev[s].kept + opts[o].kept_bytes, width, rounding),
                     prev[s].cost + opts[o].cost, o, s};
     };
+    // At this block an option is its (kept bytes, window peak, cost): one
+    // no better than another in all three is never needed here.
+    const std::vector<int32_t>& useful = useful_options[b];
     std::vector<int32_t> usable(opts.size(), 0);
     std::vector<Cursor> heap;
-    for (int32_t o = 0; o < static_cast<int32_t>(opts.size()); ++o) {
+    for (int32_t o : useful) {
       const int64_t limit = budget - window_peak(pb, b, opts[o]);
       usable[o] = static_cast<int32_t>(
           std::upper_bound(prev.begin(), prev.end(), limit,

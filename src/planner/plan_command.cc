@@ -245,7 +245,7 @@ int run_plan(JobConfig config, const PlanCommandOptions& options) {
   std::printf("  memory at the peak moment, per device (GiB); * = the configured mode\n");
   std::fputs(format_table(rows, chosen.mode).c_str(), stdout);
   std::printf("  configured: %s\n", chosen.mode.c_str());
-  std::printf("  %s\n", cost_note.c_str());
+  if (!budget_mode) std::printf("  %s\n", cost_note.c_str());
   if (budget_mode) {
     std::printf("  budget plan: solved in %.3f s, predicted peak %s, recompute %.4g %s, %s\n",
                 budget.solve_seconds, format_bytes(budget.choice.peak).c_str(),
