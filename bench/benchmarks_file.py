@@ -23,3 +23,14 @@ def replace_section(name, body, path=PATH):
     with open(path + ".tmp", "w") as f:
         f.write(new)
     os.replace(path + ".tmp", path)
+
+
+def machine():
+    """The CPU model and the vector extensions that matter here, for the
+    line every benchmark section states its figures with."""
+    info = open("/proc/cpuinfo").read().splitlines()
+    cpu = next((l.split(":", 1)[1].strip() for l in info if l.startswith("model name")), "?")
+    flags = next((l for l in info if l.startswith("flags")), "")
+    isa = ("AVX-512 + AVX512-BF16" if "avx512_bf16" in flags else
+           "AVX-512" if "avx512f" in flags else "AVX2 + FMA")
+    return f"{cpu} ({isa})"

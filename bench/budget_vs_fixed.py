@@ -22,7 +22,7 @@ import subprocess
 import tempfile
 import time
 
-from benchmarks_file import markers, replace_section
+from benchmarks_file import machine, markers, replace_section
 
 AC = "--activation_checkpoint."
 OP0 = [AC + "mode", "selective", AC + "selective_ac_option", "op",
@@ -66,14 +66,9 @@ def main():
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args()
-    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo")
-                if l.startswith("model name")), "?")
-    flags = next((l for l in open("/proc/cpuinfo") if l.startswith("flags")), "")
-    isa = "AVX-512 + AVX512-BF16" if "avx512_bf16" in flags else (
-        "AVX-512" if "avx512f" in flags else "AVX2 + FMA")
     begin, end = markers("budget_vs_fixed")
     out = [begin, "## memory_budget against the fixed modes and PyTorch's knapsack", "",
-           f"Command: `/usr/bin/python3 bench/budget_vs_fixed.py --write` on {cpu} ({isa}), "
+           f"Command: `/usr/bin/python3 bench/budget_vs_fixed.py --write` on {machine()}, "
            f"{os.cpu_count()} cores, 2 threads, {time.strftime('%Y-%m-%d %H:%M')} UTC, 1-minute "
            f"load average {os.getloadavg()[0]:.1f} at the end. Median tokens/s of "
            f"{args.steps} timed steps x {args.rounds} interleaved rounds. `budget @ X` is "

@@ -18,7 +18,7 @@ import subprocess
 import tempfile
 import time
 
-from benchmarks_file import markers, replace_section
+from benchmarks_file import machine, markers, replace_section
 
 AC = "--activation_checkpoint."
 MODEL = ["--config", "configs/llama3_debug.toml"]
@@ -32,11 +32,6 @@ def main():
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args()
-    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo")
-                if l.startswith("model name")), "?")
-    flags = next((l for l in open("/proc/cpuinfo") if l.startswith("flags")), "")
-    isa = "AVX-512 + AVX512-BF16" if "avx512_bf16" in flags else (
-        "AVX-512" if "avx512f" in flags else "AVX2 + FMA")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         common = [*MODEL, "--memory.limit", args.limit, "--job.dump_folder", tmp,
@@ -57,7 +52,7 @@ def main():
             print(rows[-1], flush=True)
     begin, end = markers("throughput_prediction")
     out = [begin, "## Predicted against measured tokens/s (`remat plan --maximize throughput`)", "",
-           f"Command: `/usr/bin/python3 bench/throughput_prediction.py --write` on {cpu} ({isa}), "
+           f"Command: `/usr/bin/python3 bench/throughput_prediction.py --write` on {machine()}, "
            f"{os.cpu_count()} cores, 2 threads, {time.strftime('%Y-%m-%d %H:%M')} UTC, 1-minute "
            f"load average {os.getloadavg()[0]:.1f} at the end. llama3 debug, seq 256, "
            f"memory.limit {args.limit}; each choice trained with mode \"auto\" and the measured "

@@ -166,6 +166,37 @@ struct Simulator {
   }
 };
 
+// Equal signatures: equal options. Names differ per layer; shapes, wiring
+// and the facts describe_block gathered are what the simulation reads.
+std::string block_signature(const Program& program, const BlockShape& s,
+                            const std::vector<bool>& decidable) {
+  std::string sig;
+  auto put = [&sig](int64_t x) { sig += std::to_string(x) + ','; };
+  for (int32_t n = s.first; n <= s.last; ++n) {
+    const Node& node = program.nodes[n];
+    const OpAttrs& a = node.attrs;
+    put(static_cast<int64_t>(node.kind));
+    for (int64_t x : {a.m, a.k, a.n, a.rows, a.dim, a.batch, a.seq, a.heads, a.kv_heads,
+                      a.head_dim, a.experts, a.top_k}) {
+      put(x);
+    }
+    for (ValueId v : node.inputs) put(is_own(s, v) ? v - s.first_value : -1);
+    put(recomputable(program, s, n, decidable));
+    sig += '|';
+  }
+  for (int32_t i = 0; i < s.n_values; ++i) {
+    put(s.bytes[i]);
+    put(s.boundary[i] * 1 + s.forced[i] * 2 + s.saved[i] * 4 + s.grad_live_at_start[i] * 8 +
+        s.pinned[i] * 16);
+  }
+  for (size_t i = 0; i < s.workspace_bytes.size(); ++i) {
+    put(s.foreign_grad_bytes[i]);
+    put(s.foreign_freed_bytes[i]);
+    put(s.workspace_bytes[i]);
+  }
+  return sig;
+}
+
 }  // namespace
 
 BlockShape describe_block(const Program& program, int32_t block, double scale,
@@ -267,32 +298,7 @@ BlockShape describe_block(const Program& program, int32_t block, double scale,
     }
   }
 
-  // Equal signatures: equal options. Names differ per layer; shapes, wiring
-  // and the facts above are what the simulation reads.
-  std::string& sig = s.signature;
-  auto put = [&sig](int64_t x) { sig += std::to_string(x) + ','; };
-  for (int32_t n = s.first; n <= s.last; ++n) {
-    const Node& node = program.nodes[n];
-    const OpAttrs& a = node.attrs;
-    put(static_cast<int64_t>(node.kind));
-    for (int64_t x : {a.m, a.k, a.n, a.rows, a.dim, a.batch, a.seq, a.heads, a.kv_heads,
-                      a.head_dim, a.experts, a.top_k}) {
-      put(x);
-    }
-    for (ValueId v : node.inputs) put(is_own(s, v) ? v - s.first_value : -1);
-    put(recomputable(program, s, n, decidable));
-    sig += '|';
-  }
-  for (int32_t i = 0; i < s.n_values; ++i) {
-    put(s.bytes[i]);
-    put(s.boundary[i] * 1 + s.forced[i] * 2 + s.saved[i] * 4 + s.grad_live_at_start[i] * 8 +
-        s.pinned[i] * 16);
-  }
-  for (int32_t i = 0; i < width; ++i) {
-    put(s.foreign_grad_bytes[i]);
-    put(s.foreign_freed_bytes[i]);
-    put(s.workspace_bytes[i]);
-  }
+  s.signature = block_signature(program, s, decidable);
   return s;
 }
 

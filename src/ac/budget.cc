@@ -98,6 +98,64 @@ int64_t round_kept(int64_t kept, int64_t width, Rounding rounding) {
   return rounding == Rounding::kRelaxed ? kept / width * width : kept;
 }
 
+// The states after block b: each option extends a prefix of the previous
+// states, and the extensions are merged into a new Pareto front.
+void extend_front(const BudgetProblem& pb, int32_t b, const std::vector<State>& prev,
+                  const std::vector<int32_t>& useful, int64_t budget, int64_t room,
+                  Rounding rounding, int64_t width, double cost_cap, std::vector<State>& layer) {
+  const auto& opts = pb.options[pb.block_class[b]];
+  // Each option extends a prefix of the previous states (those that leave
+  // room for its window); each extension is sorted by kept bytes with
+  // falling cost, so a k-way merge yields the new front in order.
+  struct Cursor {
+    int64_t kept;
+    double cost;
+    int32_t option, state;
+  };
+  auto later = [](const Cursor& x, const Cursor& y) {
+    return x.kept != y.kept ? x.kept > y.kept : x.cost > y.cost;
+  };
+  auto at = [&](int32_t o, int32_t s) {
+    return Cursor{round_kept(prev[s].kept + opts[o].kept_bytes, width, rounding),
+                  prev[s].cost + opts[o].cost, o, s};
+  };
+  std::vector<int32_t> usable(opts.size(), 0);
+  std::vector<Cursor> heap;
+  for (int32_t o : useful) {
+    const int64_t limit = budget - window_peak(pb, b, opts[o]);
+    usable[o] = static_cast<int32_t>(
+        std::upper_bound(prev.begin(), prev.end(), limit,
+                         [](int64_t x, const State& st) { return x < st.kept; }) -
+        prev.begin());
+    if (usable[o] > 0) heap.push_back(at(o, 0));
+  }
+  std::make_heap(heap.begin(), heap.end(), later);
+  while (!heap.empty()) {
+    std::pop_heap(heap.begin(), heap.end(), later);
+    const Cursor c = heap.back();
+    heap.pop_back();
+    if (c.kept > room) continue;  // and so is the rest of this option's list
+    if (c.state + 1 < usable[c.option]) {
+      heap.push_back(at(c.option, c.state + 1));
+      std::push_heap(heap.begin(), heap.end(), later);
+    }
+    if (!layer.empty() && c.cost >= layer.back().cost) continue;
+    if (cost_cap != kNoCostCap &&
+        !cost_leq(c.cost + rest_lower_bound(pb, b + 1, budget - pb.outside_all_kept - c.kept),
+                  cost_cap)) {
+      continue;  // cannot beat a plan already known
+    }
+    const State st{c.kept, c.cost, c.state, c.option};
+    // Thinned: a cheaper state in the same bucket replaces the last one.
+    if (rounding == Rounding::kThinned && !layer.empty() &&
+        layer.back().kept / width == st.kept / width) {
+      layer.back() = st;
+    } else {
+      layer.push_back(st);
+    }
+  }
+}
+
 // Least cost within `budget`, by dynamic programming over blocks (see
 // Rounding). `overflow` is set when the exact program would hold more than
 // kExactStates states in one block.
@@ -119,63 +177,10 @@ BudgetChoice least_cost(const BudgetProblem& pb, int64_t budget, Rounding roundi
   std::vector<std::vector<State>> layers(n + 1);
   layers[0].push_back({0, 0.0, -1, -1});
   for (int32_t b = 0; b < n; ++b) {
-    const auto& prev = layers[b];
-    const auto& opts = pb.options[pb.block_class[b]];
     const int64_t room = budget - pb.outside_all_kept - least_rest[b + 1];
-    // Each option extends a prefix of the previous states (those that leave
-    // room for its window); each extension is sorted by kept bytes with
-    // falling cost, so a k-way merge yields the new front in order.
-    struct Cursor {
-      int64_t kept;
-      double cost;
-      int32_t option, state;
-    };
-    auto later = [](const Cursor& x, const Cursor& y) {
-      return x.kept != y.kept ? x.kept > y.kept : x.cost > y.cost;
-    };
-    auto at = [&](int32_t o, int32_t s) {
-      return Cursor{round_kept(prev[s].kept + opts[o].kept_bytes, width, rounding),
-                    prev[s].cost + opts[o].cost, o, s};
-    };
-    // At this block an option is its (kept bytes, window peak, cost): one
-    // no better than another in all three is never needed here.
-    const std::vector<int32_t>& useful = useful_options[b];
-    std::vector<int32_t> usable(opts.size(), 0);
-    std::vector<Cursor> heap;
-    for (int32_t o : useful) {
-      const int64_t limit = budget - window_peak(pb, b, opts[o]);
-      usable[o] = static_cast<int32_t>(
-          std::upper_bound(prev.begin(), prev.end(), limit,
-                           [](int64_t x, const State& st) { return x < st.kept; }) -
-          prev.begin());
-      if (usable[o] > 0) heap.push_back(at(o, 0));
-    }
-    std::make_heap(heap.begin(), heap.end(), later);
     auto& layer = layers[b + 1];
-    while (!heap.empty()) {
-      std::pop_heap(heap.begin(), heap.end(), later);
-      const Cursor c = heap.back();
-      heap.pop_back();
-      if (c.kept > room) continue;  // and so is the rest of this option's list
-      if (c.state + 1 < usable[c.option]) {
-        heap.push_back(at(c.option, c.state + 1));
-        std::push_heap(heap.begin(), heap.end(), later);
-      }
-      if (!layer.empty() && c.cost >= layer.back().cost) continue;
-      if (cost_cap != kNoCostCap &&
-          !cost_leq(c.cost + rest_lower_bound(pb, b + 1, budget - pb.outside_all_kept - c.kept),
-                    cost_cap)) {
-        continue;  // cannot beat a plan already known
-      }
-      const State st{c.kept, c.cost, c.state, c.option};
-      // Thinned: a cheaper state in the same bucket replaces the last one.
-      if (rounding == Rounding::kThinned && !layer.empty() &&
-          layer.back().kept / width == st.kept / width) {
-        layer.back() = st;
-      } else {
-        layer.push_back(st);
-      }
-    }
+    extend_front(pb, b, layers[b], useful_options[b], budget, room, rounding, width, cost_cap,
+                 layer);
     if (layer.empty()) return choice;
     if (overflow && rounding == Rounding::kExact && layer.size() > kExactStates) {
       *overflow = true;

@@ -84,6 +84,50 @@ PlannerOptions planner_options_from_config(const JobConfig& config) {
 
 namespace {
 
+// The budget plan at the peak of each fixed mode (selective 2, the op
+// modes): the least recompute within the same peak, never more.
+struct AtFixed {
+  Prediction fixed, budget;
+  double fixed_cost, budget_cost;  // under the configured cost model
+};
+
+std::vector<AtFixed> budget_at_fixed_modes(const Program& program, const AcOptions& configured,
+                                           const PlannerOptions& planner,
+                                           const BudgetProblem& problem, const OpCost& cost) {
+  std::vector<AtFixed> at_fixed;
+  for (const NamedMode& mode : comparison_modes(configured)) {
+    if (mode.name == "none" || mode.name == "full") continue;
+    const Plan fixed_plan = make_plan(program, mode.options);
+    Prediction fixed = predict(program, fixed_plan, planner);
+    fixed.name = mode.name;
+    const BudgetChoice c = solve_budget(problem, fixed.peak_bytes);
+    Prediction p = predict(program, plan_from_choice(problem, c), planner);
+    p.name = "budget @ " + mode.name;
+    at_fixed.push_back({fixed, p, recompute_cost(program, fixed_plan, cost), c.cost});
+  }
+  return at_fixed;
+}
+
+void print_budget_report(const BudgetPlan* budget, const std::vector<AtFixed>& at_fixed,
+                         const std::string& cost_note, const char* unit) {
+  if (budget == nullptr) {
+    std::printf("  %s\n", cost_note.c_str());
+  } else {
+    std::printf("  budget plan: solved in %.3f s, predicted peak %s, recompute %.4g %s, %s\n",
+                budget->solve_seconds, format_bytes(budget->choice.peak).c_str(),
+                budget->choice.cost, budget->cost_unit.c_str(), budget->certificate().c_str());
+  }
+  std::printf("  the budget plan at each fixed mode's peak (least recompute within it, in %s):\n",
+              unit);
+  for (const AtFixed& a : at_fixed) {
+    std::printf("    %-18s peak %8s GiB  recompute %10.4g  -> budget: peak %8s GiB  recompute "
+                "%10.4g  (%+.1f%%)\n",
+                a.fixed.name.c_str(), gib(a.fixed.peak_bytes).c_str(), a.fixed_cost,
+                gib(a.budget.peak_bytes).c_str(), a.budget_cost,
+                a.fixed_cost > 0 ? 100.0 * (a.budget_cost - a.fixed_cost) / a.fixed_cost : 0.0);
+  }
+}
+
 int run_maximize_throughput(const JobConfig& config, const PlannerOptions& planner, bool json) {
   const std::vector<ThroughputChoice> choices = maximize_throughput(config, planner);
   if (json) {
@@ -158,21 +202,8 @@ int run_plan(JobConfig config, const PlanCommandOptions& options) {
   const OpCost cost = cost_model_from_config(config, model.program, &cost_note);
   const bool measured = config.activation_checkpoint.cost_model == "measured";
   const BudgetProblem problem = budget_problem(model.program, planner, cost);
-  struct AtFixed {
-    Prediction fixed, budget;
-    double fixed_cost, budget_cost;  // under the configured cost model
-  };
-  std::vector<AtFixed> at_fixed;
-  for (const NamedMode& mode : comparison_modes(configured)) {
-    if (mode.name == "none" || mode.name == "full") continue;
-    const Plan fixed_plan = make_plan(model.program, mode.options);
-    Prediction fixed = predict(model.program, fixed_plan, planner);
-    fixed.name = mode.name;
-    const BudgetChoice c = solve_budget(problem, fixed.peak_bytes);
-    Prediction p = predict(model.program, plan_from_choice(problem, c), planner);
-    p.name = "budget @ " + mode.name;
-    at_fixed.push_back({fixed, p, recompute_cost(model.program, fixed_plan, cost), c.cost});
-  }
+  const std::vector<AtFixed> at_fixed =
+      budget_at_fixed_modes(model.program, configured, planner, problem, cost);
   std::vector<BudgetChoice> front;
   if (!options.pareto_path.empty()) front = pareto_front(problem, options.pareto_points);
   const double seconds =
@@ -245,28 +276,16 @@ int run_plan(JobConfig config, const PlanCommandOptions& options) {
   std::printf("  memory at the peak moment, per device (GiB); * = the configured mode\n");
   std::fputs(format_table(rows, chosen.mode).c_str(), stdout);
   std::printf("  configured: %s\n", chosen.mode.c_str());
-  if (!budget_mode) std::printf("  %s\n", cost_note.c_str());
-  if (budget_mode) {
-    std::printf("  budget plan: solved in %.3f s, predicted peak %s, recompute %.4g %s, %s\n",
-                budget.solve_seconds, format_bytes(budget.choice.peak).c_str(),
-                budget.choice.cost, budget.cost_unit.c_str(), budget.certificate().c_str());
-  }
-  const char* unit = measured ? "s" : "FLOPs";
-  std::printf("  the budget plan at each fixed mode's peak (least recompute within it, in %s):\n",
-              unit);
-  for (const AtFixed& a : at_fixed) {
-    std::printf("    %-18s peak %8s GiB  recompute %10.4g  -> budget: peak %8s GiB  recompute "
-                "%10.4g  (%+.1f%%)\n",
-                a.fixed.name.c_str(), gib(a.fixed.peak_bytes).c_str(), a.fixed_cost,
-                gib(a.budget.peak_bytes).c_str(), a.budget_cost,
-                a.fixed_cost > 0 ? 100.0 * (a.budget_cost - a.fixed_cost) / a.fixed_cost : 0.0);
-  }
+  print_budget_report(budget_mode ? &budget : nullptr, at_fixed, cost_note,
+                      measured ? "s" : "FLOPs");
   if (!options.pareto_path.empty()) {
     std::printf("  pareto front: %zu points written to %s\n", front.size(),
                 options.pareto_path.c_str());
   }
   if (options.explain) {
-    std::fputs(explain_plan(model.program, configured_plan, planner, cost, unit).c_str(), stdout);
+    std::fputs(explain_plan(model.program, configured_plan, planner, cost, measured ? "s" : "FLOPs")
+                   .c_str(),
+               stdout);
   }
   for (const std::string& w : chosen.warnings) std::printf("warning: %s\n", w.c_str());
   if (options.matmuls) {
