@@ -44,9 +44,11 @@ def train(tmp, name, args):
 
 def main():
     failures = []
+    references = {}
     with tempfile.TemporaryDirectory() as tmp:
         for model, model_args in MODELS.items():
             reference, _ = train(tmp, f"{model}-none", [*model_args, AC + "mode", "none"])
+            references[model] = reference
             previous = None
             for fraction in FRACTIONS:
                 args = [*model_args, AC + "mode", "memory_budget", AC + "memory_budget", fraction]
@@ -86,6 +88,13 @@ def main():
         if plan["configured"]["peak_bytes"] > 150 * 2**20 or plan["budget"]["source"] != \
                 "memory.limit 150MiB":
             failures.append(f"auto: {plan['budget']}")
+        steps, _ = train(tmp, "debug-auto", [*MODELS["debug"], AC + "mode", "auto",
+                                             "--memory.limit", "150MiB"])
+        if steps[-1]["peak_bytes"] != plan["configured"]["peak_bytes"] or \
+                steps[0]["loss"] != references["debug"][0]["loss"] or \
+                steps[0]["grad_norm"] != references["debug"][0]["grad_norm"]:
+            failures.append(f"auto: measured {steps[-1]} vs planned "
+                            f"{plan['configured']['peak_bytes']} / none {references['debug'][0]}")
 
         # A budget nothing meets: exit 2 before writing anything.
         out = Path(tmp) / "never.jsonl"
