@@ -210,16 +210,23 @@ BudgetChoice least_cost(const BudgetProblem& pb, int64_t budget, Rounding roundi
 // exact when the exact program stays small, else from bucketed programs.
 BudgetChoice bounded_least_cost(const BudgetProblem& pb, int64_t budget,
                                 double cost_cap = kNoCostCap) {
-  // A quick coarse plan that fits caps the cost of states worth keeping.
+  // A quick coarse plan that fits caps the cost of states worth keeping
+  // (unless the caller already knows a cap: then it only asks whether that
+  // cost is reachable).
   const int64_t most = most_kept(pb);
-  const BudgetChoice coarse = least_cost(pb, budget, Rounding::kThinned,
-                                         std::max<int64_t>(1, most / kBuckets), nullptr, cost_cap);
-  if (coarse.feasible) cost_cap = std::min(cost_cap, coarse.cost);
+  BudgetChoice coarse;
+  if (cost_cap == kNoCostCap) {
+    coarse = least_cost(pb, budget, Rounding::kThinned, std::max<int64_t>(1, most / kBuckets),
+                        nullptr, cost_cap);
+    if (coarse.feasible) cost_cap = coarse.cost;
+  }
   bool overflow = false;
   BudgetChoice exact = least_cost(pb, budget, Rounding::kExact, 1, &overflow, cost_cap);
   if (!overflow) return exact;
   const int64_t width = std::max<int64_t>(1, most / kBuckets);
-  BudgetChoice upper = coarse;
+  BudgetChoice upper = coarse.feasible
+                           ? coarse
+                           : least_cost(pb, budget, Rounding::kThinned, width, nullptr, cost_cap);
   // No pruning here: the bound must not depend on the plan found.
   const BudgetChoice lower = least_cost(pb, budget, Rounding::kRelaxed, width, nullptr);
   // Two relaxations, each a valid bound; the higher is the better one.
