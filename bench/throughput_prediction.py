@@ -44,7 +44,8 @@ def main():
             subprocess.run([args.remat, "train", *common, AC + "mode", "auto",
                             AC + "cost_model", "measured",
                             "--training.local_batch_size", str(c["local_batch_size"]),
-                            "--training.steps", str(args.steps + 2), "--metrics.jsonl_path",
+                            "--training.steps", str(args.steps + 2), "--metrics.log_freq", "1",
+                            "--metrics.jsonl_path",
                             metrics], check=True, capture_output=True)
             steps = [json.loads(l) for l in open(metrics)][2:]
             measured = statistics.median(s["tps"] for s in steps)

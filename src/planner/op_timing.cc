@@ -26,6 +26,7 @@ namespace {
 
 constexpr int kTimedPasses = 5;
 constexpr const char* kUpdateKey = "update per parameter";
+constexpr const char* kOverheadKey = "step overhead per op";
 
 int training_threads(const JobConfig& config) {
   const auto t = static_cast<int>(config.training.threads);
@@ -117,9 +118,13 @@ std::map<std::string, double> calibrate(const JobConfig& config, const Program& 
   std::vector<double> forward(n_nodes, std::numeric_limits<double>::infinity());
   std::vector<double> backward = forward;
   double update = std::numeric_limits<double>::infinity();
+  double overhead = std::numeric_limits<double>::infinity();
   for (int pass = 0; pass <= kTimedPasses; ++pass) {
+    const auto step_start = std::chrono::steady_clock::now();
     state.zero_gradients();
     executor.run(Batch{inputs.data(), targets.data()});
+    const double run_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
     // What the trainer does per parameter besides: the norm for clipping
     // and AdamW (the update itself is tiny: lr 0).
     const auto start = std::chrono::steady_clock::now();
@@ -139,6 +144,11 @@ std::map<std::string, double> calibrate(const JobConfig& config, const Program& 
     update = std::min(update, seconds);
     const auto& f = executor.counts().forward_seconds_by_node;
     const auto& b = executor.counts().backward_seconds_by_node;
+    // What the ops' own times miss: zeroing gradients, booking buffers,
+    // zeroing activation gradients, timing itself; charged per node.
+    double ops = 0;
+    for (size_t n = 0; n < n_nodes; ++n) ops += f[n] + b[n];
+    overhead = std::min(overhead, std::max(0.0, run_seconds - ops));
     for (size_t n = 0; n < n_nodes; ++n) {
       forward[n] = std::min(forward[n], f[n]);
       backward[n] = std::min(backward[n], b[n]);
@@ -155,6 +165,7 @@ std::map<std::string, double> calibrate(const JobConfig& config, const Program& 
     keep_min("backward " + sig, backward[n]);
   }
   times[kUpdateKey] = update / static_cast<double>(small.num_parameters());
+  times[kOverheadKey] = overhead / static_cast<double>(n_nodes);
   return times;
 }
 
@@ -178,7 +189,7 @@ OpTimes load_or_measure_op_times(const JobConfig& config, const Program& program
   t.machine = cpu_model_name() + ", " + std::to_string(training_threads(config)) + " threads";
   check_output_file(t.path, "activation_checkpoint.cost_cache");
   t.seconds = read_cache(t.path, t.machine);
-  bool complete = t.seconds.count(kUpdateKey) > 0;
+  bool complete = t.seconds.count(kUpdateKey) > 0 && t.seconds.count(kOverheadKey) > 0;
   for (const Node& node : program.nodes) {
     complete = complete && t.seconds.count("forward " + op_signature(node)) &&
                t.seconds.count("backward " + op_signature(node));
@@ -203,7 +214,8 @@ double predicted_step_seconds(const OpTimes& times, const Program& program, cons
     if (it == times.seconds.end()) throw std::logic_error("op times: no entry for " + key);
     return it->second;
   };
-  double seconds = at(kUpdateKey) * static_cast<double>(program.num_parameters());
+  double seconds = at(kUpdateKey) * static_cast<double>(program.num_parameters()) +
+                   at(kOverheadKey) * static_cast<double>(program.nodes.size());
   for (size_t n = 0; n < program.nodes.size(); ++n) {
     const std::string sig = op_signature(program.nodes[n]);
     seconds += at("forward " + sig) * (plan.recompute[n] ? 2 : 1) + at("backward " + sig);
