@@ -350,7 +350,9 @@ void apply_overrides(Schema& schema, const std::vector<std::string>& args) {
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
     const size_t eq = arg.find('=');
-    const std::string name = arg.substr(0, eq).substr(std::min<size_t>(2, arg.size()));
+    // "--section.key" before any "=": checked to start with "--" before it is cut.
+    const std::string name =
+        arg.starts_with("--") ? arg.substr(2, eq == std::string::npos ? eq : eq - 2) : "";
     const size_t dot = name.find('.');
     if (!arg.starts_with("--") || dot == std::string::npos || dot == 0 || dot + 1 == name.size() ||
         name.find('.', dot + 1) != std::string::npos)

@@ -311,7 +311,9 @@ TEST(Config, WrongTypesNameKeyValueAndType) {
 
 TEST(Config, MalformedOverrides) {
   for (const std::string bad : {"training.steps", "-training.steps=1", "--steps=1", "--.steps=1",
-                                "--training.=1", "--a.b.c=1", "--"}) {
+                                "--training.=1", "--a.b.c=1", "--",
+                                // shorter than "--" before an "=" (found by tests/fuzz/fuzz_cli)
+                                "x=1", "-=", "=", ""}) {
     const std::string e = error_of_overrides({bad, "1"});
     EXPECT_NE(e.find("bad override '" + bad + "'"), std::string::npos) << e;
     EXPECT_NE(e.find("--section.key"), std::string::npos) << e;
