@@ -397,7 +397,11 @@ bool is_decimal(std::string_view s) {
          parse_int(s, n);
 }
 
-// "12GiB", "512 MB", "1.5TiB", "100B": a size in bytes with a unit; 0 on failure.
+// The largest size accepted (4 EiB): every size becomes an int64 byte count.
+constexpr double kMaxSizeBytes = 0x1p62;
+
+// "12GiB", "512 MB", "1.5TiB", "100B": a size in bytes with a unit, at most
+// kMaxSizeBytes; 0 on failure.
 double parse_size(const std::string& s) {
   static const std::pair<const char*, double> units[] = {{"TiB", 1099511627776.0},
                                                          {"GiB", 1073741824.0},
@@ -413,7 +417,7 @@ double parse_size(const std::string& s) {
     if (!s.ends_with(unit)) continue;
     double number = 0;
     if (!parse_double(trim(s.substr(0, s.size() - std::strlen(unit))), number)) return 0;
-    return number > 0 ? number * scale : 0;
+    return number > 0 && number * scale <= kMaxSizeBytes ? number * scale : 0;
   }
   return 0;
 }
@@ -503,7 +507,8 @@ void validate(const JobConfig& c, Schema& schema) {
     bool ok = parse_double(ac.memory_budget, fraction) ? fraction >= 0 && fraction <= 1
                                                        : parse_size(ac.memory_budget) > 0;
     v.require(ok, "activation_checkpoint.memory_budget",
-              "a fraction in [0, 1] such as \"0.5\" or a size such as \"12GiB\"");
+              "a fraction in [0, 1] such as \"0.5\" or a size such as \"12GiB\" (at most "
+              "4EiB)");
   }
   v.require(ac.mode != "memory_budget" || !ac.memory_budget.empty(),
             "activation_checkpoint.memory_budget",
@@ -524,7 +529,7 @@ void validate(const JobConfig& c, Schema& schema) {
                 c.training.mixed_precision_param == "bfloat16",
             "training.mixed_precision_param", "\"float32\" or \"bfloat16\"");
   v.require(c.memory.limit.empty() || parse_size(c.memory.limit) > 0, "memory.limit",
-            "a size such as \"16GiB\" or \"\" (physical RAM)");
+            "a size such as \"16GiB\" (at most 4EiB) or \"\" (physical RAM)");
 }
 
 }  // namespace
