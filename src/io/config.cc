@@ -9,6 +9,7 @@
 #include <toml++/toml.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -243,7 +244,118 @@ void assign_from_toml(const Field& field, const toml::node& node, const std::str
                      expectation(field.ref));
 }
 
+// toml++ 3.3.0 (Debian 12's, which remat links) has undefined behaviour on
+// two kinds of malformed TOML (found by tests/fuzz/fuzz_config; both fixed
+// upstream after 3.3.0):
+//  - a non-ASCII character where it looks for whitespace (outside strings
+//    and comments, or after a backslash in a """ string) reaches
+//    __builtin_unreachable() for U+00A1..U+0499 and others
+//    (marzer/tomlplusplus issues 190 and 295);
+//  - a table header whose key starts with a character no key starts with
+//    ("[=", "[[[1]]]") breaks a precondition of its key parser (issue 294).
+// Both are syntax errors in TOML, so this scan reports them itself, before
+// toml++ sees the text. It follows TOML's lexical structure (comments,
+// the four string kinds, brackets); anything else it leaves to toml++.
+void check_toml_lexically_safe(const std::string& text, const std::string& source) {
+  size_t i = text.starts_with("\xEF\xBB\xBF") ? 3 : 0;  // a UTF-8 byte order mark
+  size_t line = 1, line_start = i;
+  int depth = 0;             // open [ and { of values (not table headers)
+  bool line_has_text = false;  // a non-blank character before i on this line
+  auto column = [&](size_t at) {
+    size_t c = 1;  // in characters, as toml++ counts
+    for (size_t k = line_start; k < at; ++k) c += (static_cast<unsigned char>(text[k]) & 0xC0) != 0x80;
+    return c;
+  };
+  auto fail = [&](size_t at, const std::string& what) {
+    throw InputError("config error: TOML syntax error in " + source + " at line " +
+                     std::to_string(line) + ", column " + std::to_string(column(at)) + ": " + what);
+  };
+  auto is_key_start = [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '"' ||
+           c == '\'';
+  };
+  auto newline = [&](size_t at) {
+    ++line;
+    line_start = at + 1;
+    line_has_text = false;
+  };
+  auto skip_blanks = [&](size_t at) {
+    while (at < text.size() && (text[at] == ' ' || text[at] == '\t')) ++at;
+    return at;
+  };
+  while (i < text.size()) {
+    const char c = text[i];
+    if (c == '\n') {
+      newline(i++);
+      continue;
+    }
+    if (c == ' ' || c == '\t' || c == '\r') {
+      ++i;
+      continue;
+    }
+    if (c == '#') {  // a comment: anything up to the end of the line
+      while (i < text.size() && text[i] != '\n') ++i;
+      continue;
+    }
+    if (static_cast<unsigned char>(c) >= 0x80)
+      fail(i, "a non-ASCII character outside a string or comment (TOML allows them only there)");
+    if (c == '"' || c == '\'') {
+      const bool multi = text.compare(i, 3, std::string(3, c)) == 0;
+      i += multi ? 3 : 1;
+      while (i < text.size()) {
+        if (text[i] == c && (!multi || text.compare(i, 3, std::string(3, c)) == 0)) {
+          i += multi ? 3 : 1;
+          // """a"""" ends with up to two quotes of content before the delimiter.
+          for (int extra = 0; multi && extra < 2 && i < text.size() && text[i] == c; ++extra) ++i;
+          break;
+        }
+        if (text[i] == '\n') {
+          if (!multi) return;  // an unterminated string: toml++ reports it first
+          newline(i);
+        } else if (c == '"' && text[i] == '\\' && i + 1 < text.size()) {
+          const size_t next = i + 1;
+          if (multi && static_cast<unsigned char>(text[next]) >= 0x80)
+            fail(next, "a backslash followed by a non-ASCII character (not an escape)");
+          if (multi && (text[next] == ' ' || text[next] == '\t' || text[next] == '\r' ||
+                        text[next] == '\n')) {
+            // A line-ending backslash: the string resumes at the next character
+            // that is not whitespace.
+            size_t k = next;
+            while (k < text.size() && std::isspace(static_cast<unsigned char>(text[k]))) {
+              if (text[k] == '\n') newline(k);
+              ++k;
+            }
+            if (k < text.size() && static_cast<unsigned char>(text[k]) >= 0x80)
+              fail(k, "a non-ASCII character right after a line-ending backslash (toml++ 3.3.0 "
+                      "cannot read it there; write it as a \\u escape or move the backslash)");
+            i = k;
+            continue;
+          }
+          ++i;  // the escaped character (an escaped quote does not end the string)
+        }
+        ++i;
+      }
+      line_has_text = true;
+      continue;
+    }
+    if (c == '[' && depth == 0 && !line_has_text) {  // a table header
+      size_t k = skip_blanks(i + 1);
+      if (k < text.size() && text[k] == '[' && k == i + 1) k = skip_blanks(k + 1);
+      if (k < text.size() && text[k] != ']' && !is_key_start(text[k]))
+        fail(k, "a table header must start with a key (a bare key or a quoted one)");
+      i = k;
+      line_has_text = true;
+      continue;
+    }
+    if (c == '[' || c == '{') ++depth;
+    if ((c == ']' || c == '}') && depth > 0) --depth;
+    line_has_text = true;
+    ++i;
+  }
+}
+
 void apply_toml(Schema& schema, const std::string& text, const std::string& source) {
+  check_toml_lexically_safe(text, source);
   toml::table root;
   try {
     root = toml::parse(text, source);
