@@ -335,6 +335,10 @@ TEST(Config, NonAsciiOutsideStringsIsASyntaxError) {
       {"[job]\n\xc3\xa9 = 1\n", "line 2, column 1"},
       {"[job]\ndescription = \"\"\"\\\n\xc2\xa7\"\"\"\n", "line 3, column 1"},
       {"[job]\ndescription = \"\"\"\\\xc2\xa7\"\"\"\n", "line 2, column 19"},
+      // toml++ reads a bare value up to whitespace, ] } , or #, through quotes
+      {"m = 0\x1f'ae\xc7\xb3", "line 1, column 10"},
+      {"[job]\ndescription = 1979-05-27 \"\xc3\xa9\"\n", "line 2, column 27"},
+      {"[job]\ndescription = [1\"\xc3\xa9\"]\n", "line 2, column 18"},
   };
   for (const auto& c : cases) {
     const std::string e = error_of_toml(c.text);
