@@ -24,6 +24,7 @@
 #include <system_error>
 #include <thread>
 #include <variant>
+#include <vector>
 
 #include "core/error.h"
 #include "io/files.h"
@@ -252,32 +253,37 @@ void assign_from_toml(const Field& field, const toml::node& node, const std::str
 //    __builtin_unreachable() for U+00A1..U+0499 and others
 //    (marzer/tomlplusplus issues 190 and 295);
 //  - a table header whose key starts with a character no key starts with
-//    ("[=", "[[[1]]]") breaks a precondition of its key parser (issue 294).
+//    ("[=", "[[[1]]]") breaks a precondition of its key parser (issue 294),
+//    and an array element starting with '}' ("t = [}") one of its value
+//    parser: assertions in a build with them, __builtin_assume under clang.
 // Both are syntax errors in TOML, so this scan reports them itself, before
 // toml++ sees the text. It follows TOML's lexical structure (comments,
 // the four string kinds, brackets); anything else it leaves to toml++.
 void check_toml_lexically_safe(const std::string& text, const std::string& source) {
   size_t i = text.starts_with("\xEF\xBB\xBF") ? 3 : 0;  // a UTF-8 byte order mark
   size_t line = 1, line_start = i;
-  int depth = 0;             // open [ and { of values (not table headers)
-  bool line_has_text = false;  // a non-blank character before i on this line
+  std::vector<char> open;  // the [ and { of values, innermost last
+  bool in_key = true;      // a key may come next (else a value's text)
+  char prev = '\n';        // the last character that was not a blank
+  char last = '\n';        // the last one that was not a blank, newline or comment
   auto column = [&](size_t at) {
     size_t c = 1;  // in characters, as toml++ counts
-    for (size_t k = line_start; k < at; ++k) c += (static_cast<unsigned char>(text[k]) & 0xC0) != 0x80;
+    for (size_t k = line_start; k < at; ++k)
+      c += (static_cast<unsigned char>(text[k]) & 0xC0) != 0x80;
     return c;
   };
   auto fail = [&](size_t at, const std::string& what) {
     throw InputError("config error: TOML syntax error in " + source + " at line " +
-                     std::to_string(line) + ", column " + std::to_string(column(at)) + ": " + what);
-  };
-  auto is_key_start = [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '"' ||
-           c == '\'';
+                     std::to_string(line) + ", column " + std::to_string(column(at)) + ": " +
+                     what);
   };
   auto newline = [&](size_t at) {
     ++line;
     line_start = at + 1;
-    line_has_text = false;
+  };
+  auto is_key_start = [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '"' ||
+           c == '\'';
   };
   auto skip_blanks = [&](size_t at) {
     while (at < text.size() && (text[at] == ' ' || text[at] == '\t')) ++at;
@@ -285,12 +291,14 @@ void check_toml_lexically_safe(const std::string& text, const std::string& sourc
   };
   while (i < text.size()) {
     const char c = text[i];
-    if (c == '\n') {
-      newline(i++);
-      continue;
-    }
     if (c == ' ' || c == '\t' || c == '\r') {
       ++i;
+      continue;
+    }
+    if (c == '\n') {
+      newline(i++);
+      prev = '\n';
+      if (open.empty()) in_key = true;
       continue;
     }
     if (c == '#') {  // a comment: anything up to the end of the line
@@ -299,7 +307,13 @@ void check_toml_lexically_safe(const std::string& text, const std::string& sourc
     }
     if (static_cast<unsigned char>(c) >= 0x80)
       fail(i, "a non-ASCII character outside a string or comment (TOML allows them only there)");
-    if (c == '"' || c == '\'') {
+    // A quote opens a string only where a key or a value starts: toml++ reads
+    // a bare value (1979-05-27 07:32:00, 1e3, ...) up to whitespace, ] } , or
+    // #, quotes included.
+    const bool string_may_start =
+        prev == '\n' || prev == '=' || prev == '[' || prev == '{' || prev == ',' ||
+        (prev == '.' && in_key);
+    if ((c == '"' || c == '\'') && string_may_start) {
       const bool multi = text.compare(i, 3, std::string(3, c)) == 0;
       i += multi ? 3 : 1;
       while (i < text.size()) {
@@ -310,16 +324,15 @@ void check_toml_lexically_safe(const std::string& text, const std::string& sourc
           break;
         }
         if (text[i] == '\n') {
-          if (!multi) return;  // an unterminated string: toml++ reports it first
+          if (!multi) return;  // an unterminated string: toml++ stops there
           newline(i);
         } else if (c == '"' && text[i] == '\\' && i + 1 < text.size()) {
           const size_t next = i + 1;
           if (multi && static_cast<unsigned char>(text[next]) >= 0x80)
             fail(next, "a backslash followed by a non-ASCII character (not an escape)");
-          if (multi && (text[next] == ' ' || text[next] == '\t' || text[next] == '\r' ||
-                        text[next] == '\n')) {
-            // A line-ending backslash: the string resumes at the next character
-            // that is not whitespace.
+          if (multi && std::isspace(static_cast<unsigned char>(text[next]))) {
+            // A line-ending backslash: the string resumes at the next
+            // character that is not whitespace.
             size_t k = next;
             while (k < text.size() && std::isspace(static_cast<unsigned char>(text[k]))) {
               if (text[k] == '\n') newline(k);
@@ -335,21 +348,29 @@ void check_toml_lexically_safe(const std::string& text, const std::string& sourc
         }
         ++i;
       }
-      line_has_text = true;
+      prev = last = c;
       continue;
     }
-    if (c == '[' && depth == 0 && !line_has_text) {  // a table header
+    // An array element cannot start with '}' (toml++ 3.3.0 asserts it does not).
+    if (c == '}' && !open.empty() && open.back() == '[' && (last == '[' || last == ','))
+      fail(i, "expected a value or ']' in an array, saw '}'");
+    if (c == '[' && open.empty() && prev == '\n') {  // a table header
       size_t k = skip_blanks(i + 1);
       if (k < text.size() && text[k] == '[' && k == i + 1) k = skip_blanks(k + 1);
       if (k < text.size() && text[k] != ']' && !is_key_start(text[k]))
         fail(k, "a table header must start with a key (a bare key or a quoted one)");
+      in_key = true;
+      prev = last = '[';
       i = k;
-      line_has_text = true;
       continue;
     }
-    if (c == '[' || c == '{') ++depth;
-    if ((c == ']' || c == '}') && depth > 0) --depth;
-    line_has_text = true;
+    if (c == '=') in_key = false;
+    if (!in_key || !open.empty()) {  // in a value: arrays and inline tables nest
+      if (c == '[' || c == '{') open.push_back(c);
+      if ((c == ']' || c == '}') && !open.empty()) open.pop_back();
+      if (c == '{' || (c == ',' && !open.empty() && open.back() == '{')) in_key = true;
+    }
+    prev = last = c;
     ++i;
   }
 }

@@ -176,6 +176,7 @@ def regression_seeds():
     put("config", "regress-unicode-after-value.toml",
         b"#nlde\nio = 1111111\xcb\x9a\xce\xa215.8")
     put("config", "regress-unicode-line-ending-backslash.toml", b's = """\\\n\xc2\xa7"""\n')
+    put("config", "regress-array-brace.toml", "\nt=[[[[[[[[[[[[[[}[[[[[[[[[[[[[[[[{[%[[[[[[[\".\b")
     put("cli", "regress-short-override", "\0".join(["train", "--config", "c.toml", "x=1"]))
     put("cli", "regress-huge-size", "\0".join(["train", "--config", "c.toml", "--memory.limit",
                                                "1" * 100 + "MiB"]))

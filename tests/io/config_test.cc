@@ -310,14 +310,18 @@ TEST(Config, WrongTypesNameKeyValueAndType) {
 }
 
 // toml++ 3.3.0 asserts on these in a build with assertions (found by
-// tests/fuzz/fuzz_config; fixed upstream after 3.3.0); Debian's library, which
-// remat links, reports a syntax error, so they are exit 2 like any other.
-TEST(Config, TableHeadersThatCannotStartAKey) {
-  for (const std::string text : {"[=", "[[=", "[[[1]]]", "[[[a]]]", "[[[]]", "[ *]\n"}) {
+// tests/fuzz/fuzz_config); remat reports the syntax error itself.
+TEST(Config, TableHeadersThatCannotStartAKeyAndArraysOfBrace) {
+  for (const std::string text : {"[=", "[[=", "[[[1]]]", "[[[a]]]", "[[[]]", "[ *]\n", "t=[}",
+                                  "t = [1,}", "t=[[[[}]]]]", "t={a=[}]}"}) {
     const std::string e = error_of_toml(text);
     EXPECT_NE(e.find("TOML syntax error in test.toml at line 1"), std::string::npos)
         << text << " -> " << e;
   }
+  const std::string e = error_of_toml("t = [ # a comment\n  }]");
+  EXPECT_NE(e.find("at line 2, column 3: expected a value or ']' in an array, saw '}'"),
+            std::string::npos)
+      << e;
 }
 
 // toml++ 3.3.0 reaches __builtin_unreachable() on a non-ASCII character
