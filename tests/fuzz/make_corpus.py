@@ -177,6 +177,8 @@ def regression_seeds():
         b"#nlde\nio = 1111111\xcb\x9a\xce\xa215.8")
     put("config", "regress-unicode-line-ending-backslash.toml", b's = """\\\n\xc2\xa7"""\n')
     put("config", "regress-array-brace.toml", "\nt=[[[[[[[[[[[[[[}[[[[[[[[[[[[[[[[{[%[[[[[[[\".\b")
+    put("config", "regress-datetime-nul.toml",
+        (HERE / "corpus" / "config" / "regress-datetime-nul.toml").read_bytes())
     put("cli", "regress-short-override", "\0".join(["train", "--config", "c.toml", "x=1"]))
     put("cli", "regress-huge-size", "\0".join(["train", "--config", "c.toml", "--memory.limit",
                                                "1" * 100 + "MiB"]))
