@@ -259,6 +259,7 @@ int run_train(const JobConfig& config) {
   auto window_start = Clock::now();
   int64_t window_tokens = 0, window_peak = 0, window_recompute_flops = 0;
   int64_t window_max_activations = 0;
+  int64_t run_peak = 0;  // the allocator's peak over all steps
   int64_t step = start_step;
   while (step < t.steps && !stop.received()) {
     ++step;
@@ -277,6 +278,7 @@ int run_train(const JobConfig& config) {
     }
     window_tokens += static_cast<int64_t>(inputs.size());
     window_peak = std::max(window_peak, allocator.peak());
+    run_peak = std::max(run_peak, allocator.peak());
     window_max_activations = std::max(
         window_max_activations, allocator.category_peaks()[MemoryCategory::kActivations]);
     window_recompute_flops += executor.counts().recompute_flops;
@@ -343,6 +345,21 @@ int run_train(const JobConfig& config) {
     const std::string path = checkpoint_path(config, step);
     save_checkpoint(path, state, step, true, run_record());
     std::printf("checkpoint written to %s\n", path.c_str());
+  }
+  // What memory.limit bounds (the allocator's books) next to what the
+  // operating system saw (README "What memory.limit bounds").
+  const int64_t rss = process_peak_rss_bytes();
+  if (step > start_step && rss > 0) {
+    // The allocator never returns a freed buffer to malloc (it caches it for
+    // the next step), so reserved() now is the most it ever held.
+    const int64_t reserved = allocator.reserved();
+    std::printf("memory: allocator peak %s (%s bytes; what memory.limit bounds), reserved %s "
+                "(%s bytes, with its cache of freed buffers), process peak RSS %s (%s bytes, "
+                "VmHWM), %s more than the allocator peak\n",
+                format_bytes(run_peak).c_str(), with_thousands(run_peak).c_str(),
+                format_bytes(reserved).c_str(), with_thousands(reserved).c_str(),
+                format_bytes(rss).c_str(), with_thousands(rss).c_str(),
+                format_bytes(rss - run_peak).c_str());
   }
   if (profile) {
     double total = 0;
