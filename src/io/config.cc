@@ -266,6 +266,7 @@ void check_toml_lexically_safe(const std::string& text, const std::string& sourc
   bool in_key = true;      // a key may come next (else a value's text)
   char prev = '\n';        // the last character that was not a blank
   char last = '\n';        // the last one that was not a blank, newline or comment
+  bool in_bare = false;    // inside a bare value (a number, date, boolean, ...)
   auto column = [&](size_t at) {
     size_t c = 1;  // in characters, as toml++ counts
     for (size_t k = line_start; k < at; ++k)
@@ -291,6 +292,7 @@ void check_toml_lexically_safe(const std::string& text, const std::string& sourc
   };
   while (i < text.size()) {
     const char c = text[i];
+    if (c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == '#') in_bare = false;
     if (c == ' ' || c == '\t' || c == '\r') {
       ++i;
       continue;
@@ -307,12 +309,23 @@ void check_toml_lexically_safe(const std::string& text, const std::string& sourc
     }
     if (static_cast<unsigned char>(c) >= 0x80)
       fail(i, "a non-ASCII character outside a string or comment (TOML allows them only there)");
-    // A quote opens a string only where a key or a value starts: toml++ reads
-    // a bare value (1979-05-27 07:32:00, 1e3, ...) up to whitespace, ] } , or
-    // #, quotes included.
+    // toml++ reads a bare value (1e3, true, 1979-05-27, ...) up to whitespace,
+    // ] } , or #, taking quotes, [ and { in between as part of it.
+    if (in_bare) {
+      if (c != ']' && c != '}' && c != ',') {
+        prev = last = c;
+        ++i;
+        continue;
+      }
+      in_bare = false;
+    }
+    const bool value_starts =
+        !in_key && (last == '=' || ((last == '[' || last == ',') && !open.empty() &&
+                                    open.back() == '['));
+    // A quote opens a string only where a key or a value starts.
     const bool string_may_start =
-        prev == '\n' || prev == '=' || prev == '[' || prev == '{' || prev == ',' ||
-        (prev == '.' && in_key);
+        value_starts || (in_key && (prev == '\n' || last == '.' || last == '{' ||
+                                    last == ',' || last == '['));
     if ((c == '"' || c == '\'') && string_may_start) {
       const bool multi = text.compare(i, 3, std::string(3, c)) == 0;
       i += multi ? 3 : 1;
@@ -362,6 +375,12 @@ void check_toml_lexically_safe(const std::string& text, const std::string& sourc
       in_key = true;
       prev = last = '[';
       i = k;
+      continue;
+    }
+    if (value_starts && c != '[' && c != '{' && c != ']' && c != '}' && c != ',') {
+      in_bare = true;  // a bare value: read up to its terminator (above)
+      prev = last = c;
+      ++i;
       continue;
     }
     if (c == '=') in_key = false;

@@ -179,6 +179,7 @@ def regression_seeds():
     put("config", "regress-array-brace.toml", "\nt=[[[[[[[[[[[[[[}[[[[[[[[[[[[[[[[{[%[[[[[[[\".\b")
     put("config", "regress-datetime-nul.toml",
         (HERE / "corpus" / "config" / "regress-datetime-nul.toml").read_bytes())
+    put("config", "regress-bare-value-brace.toml", b"t=[[[[-\x00{'%{[\xef\xb9\xbf")
     put("cli", "regress-short-override", "\0".join(["train", "--config", "c.toml", "x=1"]))
     put("cli", "regress-huge-size", "\0".join(["train", "--config", "c.toml", "--memory.limit",
                                                "1" * 100 + "MiB"]))

@@ -346,6 +346,8 @@ TEST(Config, NonAsciiOutsideStringsIsASyntaxError) {
       {"m = 0\x1f'ae\xc7\xb3", "line 1, column 10"},
       {"[job]\ndescription = 1979-05-27 \"\xc3\xa9\"\n", "line 2, column 27"},
       {"[job]\ndescription = [1\"\xc3\xa9\"]\n", "line 2, column 18"},
+      {std::string("t=[[[[-\x00{'%{[\xef\xb9\xbf", 16), "line 1, column 14"},
+      {"t = -{'\xc3\xa9'}", "line 1, column 8"},
   };
   for (const auto& c : cases) {
     const std::string e = error_of_toml(c.text);
