@@ -1,15 +1,27 @@
 # The two commands a newcomer needs (README.md):
 #   make run    install Debian dependencies, build, train the debug model
 #   make test   install Debian dependencies, build, run the whole test suite
+#               (including `make fuzz` and `make asan`)
 # Both are idempotent: packages already installed are not touched.
 
 BUILD_DIR ?= build
+FUZZ_DIR ?= build-fuzz
+ASAN_DIR ?= build-asan
 JOBS ?= $(shell nproc)
-# Debian packages the build, the tests and the default dataset need.
+# How long `make fuzz` runs each of its 6 targets (tests/fuzz/README.md).
+FUZZ_SECONDS ?= 20
+# Debian packages the build, the tests and the default dataset need
+# (clang-14 and libclang-rt-14-dev: libFuzzer and the sanitizers of `make fuzz`;
+# g++ brings libasan and libubsan for `make asan`).
 DEBIAN_PACKAGES := cmake ninja-build g++ pkg-config libopenblas-dev libtomlplusplus-dev \
-	nlohmann-json3-dev libgtest-dev libomp-dev python3-torch python3-numpy fortunes
+	nlohmann-json3-dev libgtest-dev libomp-dev python3-torch python3-numpy fortunes \
+	clang-14 libclang-rt-14-dev
+# The sanitizers stop at the first report (the build also says
+# -fno-sanitize-recover) and LeakSanitizer runs at exit.
+SANITIZER_ENV := ASAN_OPTIONS=detect_leaks=1:detect_stack_use_after_return=1:check_initialization_order=1:strict_init_order=1 \
+	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 
-.PHONY: run test deps build clean bench
+.PHONY: run test deps build clean bench fuzz asan
 
 deps:
 	@missing=$$(for p in $(DEBIAN_PACKAGES); do \
@@ -29,11 +41,28 @@ build: deps
 run: build
 	$(BUILD_DIR)/remat train --config configs/llama3_debug.toml
 
+# Everything: the unit, end-to-end and oracle tests, then the fuzzers, then
+# the unit tests and short training runs under ASan + UBSan.
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j 1 --timeout 900
+	$(MAKE) --no-print-directory fuzz
+	$(MAKE) --no-print-directory asan
+
+# libFuzzer harnesses of every input parser (tests/fuzz/), FUZZ_SECONDS each.
+fuzz: deps
+	cmake -S tests/fuzz -B $(FUZZ_DIR) -G Ninja -DCMAKE_CXX_COMPILER=clang++-14
+	cmake --build $(FUZZ_DIR) -j $(JOBS)
+	FUZZ_SECONDS=$(FUZZ_SECONDS) tests/fuzz/run_fuzzers.sh $(FUZZ_DIR)
+
+# The unit tests, then both debug models in every AC mode, under ASan + UBSan.
+asan: deps
+	cmake -S . -B $(ASAN_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Asan
+	cmake --build $(ASAN_DIR) -j $(JOBS)
+	cd $(ASAN_DIR) && $(SANITIZER_ENV) ctest --output-on-failure -j 1 -L unit --timeout 900
+	$(SANITIZER_ENV) /usr/bin/python3 tests/sanitize/train_ac_modes.py $(ASAN_DIR)/remat
 
 bench: build
 	/usr/bin/python3 bench/compare_pytorch.py
 
 clean:
-	rm -rf $(BUILD_DIR)
+	rm -rf $(BUILD_DIR) $(FUZZ_DIR) $(ASAN_DIR)

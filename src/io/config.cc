@@ -9,6 +9,7 @@
 #include <toml++/toml.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -23,6 +24,7 @@
 #include <system_error>
 #include <thread>
 #include <variant>
+#include <vector>
 
 #include "core/error.h"
 #include "io/files.h"
@@ -262,7 +264,157 @@ void assign_from_toml(const Field& field, const toml::node& node, const std::str
                      expectation(field.ref));
 }
 
+// toml++ 3.3.0 (Debian 12's, which remat links) has undefined behaviour on
+// two kinds of malformed TOML (found by tests/fuzz/fuzz_config; both fixed
+// upstream after 3.3.0):
+//  - a non-ASCII character where it looks for whitespace (outside strings
+//    and comments, or after a backslash in a """ string) reaches
+//    __builtin_unreachable() for U+00A1..U+0499 and others
+//    (marzer/tomlplusplus issues 190 and 295);
+//  - a table header whose key starts with a character no key starts with
+//    ("[=", "[[[1]]]") breaks a precondition of its key parser (issue 294),
+//    and an array element starting with '}' ("t = [}") one of its value
+//    parser: assertions in a build with them, __builtin_assume under clang.
+// Both are syntax errors in TOML, so this scan reports them itself, before
+// toml++ sees the text. It follows TOML's lexical structure (comments,
+// the four string kinds, brackets); anything else it leaves to toml++.
+void check_toml_lexically_safe(const std::string& text, const std::string& source) {
+  size_t i = text.starts_with("\xEF\xBB\xBF") ? 3 : 0;  // a UTF-8 byte order mark
+  size_t line = 1, line_start = i;
+  std::vector<char> open;  // the [ and { of values, innermost last
+  bool in_key = true;      // a key may come next (else a value's text)
+  char prev = '\n';        // the last character that was not a blank
+  char last = '\n';        // the last one that was not a blank, newline or comment
+  bool in_bare = false;    // inside a bare value (a number, date, boolean, ...)
+  auto column = [&](size_t at) {
+    size_t c = 1;  // in characters, as toml++ counts
+    for (size_t k = line_start; k < at; ++k)
+      c += (static_cast<unsigned char>(text[k]) & 0xC0) != 0x80;
+    return c;
+  };
+  auto fail = [&](size_t at, const std::string& what) {
+    throw InputError("config error: TOML syntax error in " + source + " at line " +
+                     std::to_string(line) + ", column " + std::to_string(column(at)) + ": " +
+                     what);
+  };
+  auto newline = [&](size_t at) {
+    ++line;
+    line_start = at + 1;
+  };
+  auto is_key_start = [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '"' ||
+           c == '\'';
+  };
+  auto skip_blanks = [&](size_t at) {
+    while (at < text.size() && (text[at] == ' ' || text[at] == '\t')) ++at;
+    return at;
+  };
+  while (i < text.size()) {
+    const char c = text[i];
+    if (c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == '#') in_bare = false;
+    if (c == ' ' || c == '\t' || c == '\r') {
+      ++i;
+      continue;
+    }
+    if (c == '\n') {
+      newline(i++);
+      prev = '\n';
+      if (open.empty()) in_key = true;
+      continue;
+    }
+    if (c == '#') {  // a comment: anything up to the end of the line
+      while (i < text.size() && text[i] != '\n') ++i;
+      continue;
+    }
+    if (static_cast<unsigned char>(c) >= 0x80)
+      fail(i, "a non-ASCII character outside a string or comment (TOML allows them only there)");
+    // toml++ reads a bare value (1e3, true, 1979-05-27, ...) up to whitespace,
+    // ] } , or #, taking quotes, [ and { in between as part of it.
+    if (in_bare) {
+      if (c != ']' && c != '}' && c != ',') {
+        prev = last = c;
+        ++i;
+        continue;
+      }
+      in_bare = false;
+    }
+    const bool value_starts =
+        !in_key && (last == '=' || ((last == '[' || last == ',') && !open.empty() &&
+                                    open.back() == '['));
+    // A quote opens a string only where a key or a value starts.
+    const bool string_may_start =
+        value_starts || (in_key && (prev == '\n' || last == '.' || last == '{' ||
+                                    last == ',' || last == '['));
+    if ((c == '"' || c == '\'') && string_may_start) {
+      const bool multi = text.compare(i, 3, std::string(3, c)) == 0;
+      i += multi ? 3 : 1;
+      while (i < text.size()) {
+        if (text[i] == c && (!multi || text.compare(i, 3, std::string(3, c)) == 0)) {
+          i += multi ? 3 : 1;
+          // """a"""" ends with up to two quotes of content before the delimiter.
+          for (int extra = 0; multi && extra < 2 && i < text.size() && text[i] == c; ++extra) ++i;
+          break;
+        }
+        if (text[i] == '\n') {
+          if (!multi) return;  // an unterminated string: toml++ stops there
+          newline(i);
+        } else if (c == '"' && text[i] == '\\' && i + 1 < text.size()) {
+          const size_t next = i + 1;
+          if (multi && static_cast<unsigned char>(text[next]) >= 0x80)
+            fail(next, "a backslash followed by a non-ASCII character (not an escape)");
+          if (multi && std::isspace(static_cast<unsigned char>(text[next]))) {
+            // A line-ending backslash: the string resumes at the next
+            // character that is not whitespace.
+            size_t k = next;
+            while (k < text.size() && std::isspace(static_cast<unsigned char>(text[k]))) {
+              if (text[k] == '\n') newline(k);
+              ++k;
+            }
+            if (k < text.size() && static_cast<unsigned char>(text[k]) >= 0x80)
+              fail(k, "a non-ASCII character right after a line-ending backslash (toml++ 3.3.0 "
+                      "cannot read it there; write it as a \\u escape or move the backslash)");
+            i = k;
+            continue;
+          }
+          ++i;  // the escaped character (an escaped quote does not end the string)
+        }
+        ++i;
+      }
+      prev = last = c;
+      continue;
+    }
+    // An array element cannot start with '}' (toml++ 3.3.0 asserts it does not).
+    if (c == '}' && !open.empty() && open.back() == '[' && (last == '[' || last == ','))
+      fail(i, "expected a value or ']' in an array, saw '}'");
+    if (c == '[' && open.empty() && prev == '\n') {  // a table header
+      size_t k = skip_blanks(i + 1);
+      if (k < text.size() && text[k] == '[' && k == i + 1) k = skip_blanks(k + 1);
+      if (k < text.size() && text[k] != ']' && !is_key_start(text[k]))
+        fail(k, "a table header must start with a key (a bare key or a quoted one)");
+      in_key = true;
+      prev = last = '[';
+      i = k;
+      continue;
+    }
+    if (value_starts && c != '[' && c != '{' && c != ']' && c != '}' && c != ',') {
+      in_bare = true;  // a bare value: read up to its terminator (above)
+      prev = last = c;
+      ++i;
+      continue;
+    }
+    if (c == '=') in_key = false;
+    if (!in_key || !open.empty()) {  // in a value: arrays and inline tables nest
+      if (c == '[' || c == '{') open.push_back(c);
+      if ((c == ']' || c == '}') && !open.empty()) open.pop_back();
+      if (c == '{' || (c == ',' && !open.empty() && open.back() == '{')) in_key = true;
+    }
+    prev = last = c;
+    ++i;
+  }
+}
+
 void apply_toml(Schema& schema, const std::string& text, const std::string& source) {
+  check_toml_lexically_safe(text, source);
   toml::table root;
   try {
     root = toml::parse(text, source);
@@ -378,7 +530,9 @@ void apply_overrides(Schema& schema, const std::vector<std::string>& args) {
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
     const size_t eq = arg.find('=');
-    const std::string name = arg.substr(0, eq).substr(std::min<size_t>(2, arg.size()));
+    // "--section.key" before any "=": checked to start with "--" before it is cut.
+    const std::string name =
+        arg.starts_with("--") ? arg.substr(2, eq == std::string::npos ? eq : eq - 2) : "";
     const size_t dot = name.find('.');
     if (!arg.starts_with("--") || dot == std::string::npos || dot == 0 || dot + 1 == name.size() ||
         name.find('.', dot + 1) != std::string::npos)
@@ -423,7 +577,11 @@ bool is_decimal(std::string_view s) {
          parse_int(s, n);
 }
 
-// "12GiB", "512 MB", "1.5TiB", "100B": a size in bytes with a unit; 0 on failure.
+// The largest size accepted (4 EiB): every size becomes an int64 byte count.
+constexpr double kMaxSizeBytes = 0x1p62;
+
+// "12GiB", "512 MB", "1.5TiB", "100B": a size in bytes with a unit, at most
+// kMaxSizeBytes; 0 on failure.
 double parse_size(const std::string& s) {
   static const std::pair<const char*, double> units[] = {{"TiB", 1099511627776.0},
                                                          {"GiB", 1073741824.0},
@@ -439,7 +597,7 @@ double parse_size(const std::string& s) {
     if (!s.ends_with(unit)) continue;
     double number = 0;
     if (!parse_double(trim(s.substr(0, s.size() - std::strlen(unit))), number)) return 0;
-    return number > 0 ? number * scale : 0;
+    return number > 0 && number * scale <= kMaxSizeBytes ? number * scale : 0;
   }
   return 0;
 }
@@ -528,12 +686,11 @@ void validate(const JobConfig& c, Schema& schema) {
             "a list of non-empty FQN patterns");
   if (!ac.memory_budget.empty()) {
     double fraction = -1;
-    // Sizes beyond 2^60 bytes (1 EiB) are no machine's and would overflow.
-    bool ok = parse_double(ac.memory_budget, fraction)
-                  ? fraction >= 0 && fraction <= 1
-                  : parse_size(ac.memory_budget) > 0 && parse_size(ac.memory_budget) <= 0x1p60;
+    bool ok = parse_double(ac.memory_budget, fraction) ? fraction >= 0 && fraction <= 1
+                                                       : parse_size(ac.memory_budget) > 0;
     v.require(ok, "activation_checkpoint.memory_budget",
-              "a fraction in [0, 1] such as \"0.5\" or a size such as \"12GiB\" (at most 1EiB)");
+              "a fraction in [0, 1] such as \"0.5\" or a size such as \"12GiB\" (at most "
+              "4EiB)");
   }
   double knapsack_fraction = -1;
   v.require(ac.budget_solver == "remat" ||
@@ -561,10 +718,8 @@ void validate(const JobConfig& c, Schema& schema) {
   v.require(c.training.mixed_precision_param == "float32" ||
                 c.training.mixed_precision_param == "bfloat16",
             "training.mixed_precision_param", "\"float32\" or \"bfloat16\"");
-  v.require(c.memory.limit.empty() ||
-                (parse_size(c.memory.limit) > 0 && parse_size(c.memory.limit) <= 0x1p60),
-            "memory.limit",
-            "a size such as \"16GiB\" or \"\" (physical RAM)");
+  v.require(c.memory.limit.empty() || parse_size(c.memory.limit) > 0, "memory.limit",
+            "a size such as \"16GiB\" (at most 4EiB) or \"\" (physical RAM)");
 }
 
 }  // namespace

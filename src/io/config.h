@@ -122,7 +122,8 @@ JobConfig load_job_config(const std::string& path,
 // OpenMP pool of 100000 threads overflows the stack rather than failing).
 int64_t max_training_threads();
 
-// "12GiB", "512MiB", "80GB": bytes; 0 if the text is not a size.
+// "12GiB", "512MiB", "80GB": bytes; 0 if the text is not a size or is more
+// than 4 EiB (2^62 bytes), so every accepted size fits an int64.
 double parse_memory_size(const std::string& text);
 
 // Applies TOML text (for tests); same checks as load_job_config.

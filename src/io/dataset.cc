@@ -78,7 +78,7 @@ int64_t append_jsonl(const std::string& path, const std::string& content,
     nlohmann::json record;
     try {
       record = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::parse_error& e) {
+    } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for 1e9999
       throw InputError(where + ": invalid JSON (" + e.what() + ")");
     }
     if (!record.is_object() || !record.contains("text") || !record["text"].is_string())

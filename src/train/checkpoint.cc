@@ -16,7 +16,7 @@ const char* kExpAvgSq = "optimizer.exp_avg_sq.";
 }  // namespace
 
 void save_checkpoint(const std::string& path, const ModelState& state, int64_t step,
-                     bool with_optimizer) {
+                     bool with_optimizer, const std::map<std::string, std::string>& run) {
   std::vector<SafetensorsEntry> entries;
   const auto& params = state.program->params;
   for (size_t i = 0; i < params.size(); ++i) {
@@ -34,21 +34,55 @@ void save_checkpoint(const std::string& path, const ModelState& state, int64_t s
       throw std::runtime_error("refusing to write checkpoint " + path + ": tensor '" + e.name +
                                "' holds non-finite values");
   }
-  save_safetensors(path, entries, {{"step", std::to_string(step)}, {"format", "remat"}},
-                   "checkpoint.folder");
+  std::map<std::string, std::string> metadata = run;
+  metadata["step"] = std::to_string(step);
+  metadata["format"] = "remat";
+  save_safetensors(path, entries, metadata, "checkpoint.folder");
 }
 
-int64_t checkpoint_step(const SafetensorsReader& reader) {
-  auto it = reader.metadata().find("step");
-  if (it == reader.metadata().end()) return 0;
-  // The whole text must be the number: "1e3" is not step 1, "-5" no step.
+namespace {
+
+// A metadata value that must be a non-negative decimal integer, all of it
+// ("1e3" is not 1, "-5" is nothing); `absent` when the key is missing.
+int64_t metadata_integer(const SafetensorsReader& reader, const std::string& key, int64_t absent) {
+  auto it = reader.metadata().find(key);
+  if (it == reader.metadata().end()) return absent;
   const std::string& text = it->second;
-  int64_t step = 0;
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), step);
-  if (text.empty() || ec != std::errc() || end != text.data() + text.size() || step < 0)
-    throw InputError("checkpoint error: '" + reader.path() + "' has step metadata \"" + text +
-                     "\", expected a non-negative decimal integer");
-  return step;
+  int64_t value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size() || value < 0)
+    throw InputError("checkpoint error: '" + reader.path() + "' has " + key + " metadata \"" +
+                     text + "\", expected a non-negative decimal integer");
+  return value;
+}
+
+}  // namespace
+
+int64_t checkpoint_step(const SafetensorsReader& reader) {
+  return metadata_integer(reader, "step", 0);
+}
+
+std::map<std::string, std::string> RunRecord::metadata() const {
+  std::map<std::string, std::string> m;
+  auto put = [&](const char* key, int64_t v) {
+    if (v >= 0) m[key] = std::to_string(v);
+  };
+  put("training.steps", steps);
+  put("training.local_batch_size", local_batch_size);
+  put("training.seq_len", seq_len);
+  put("data.windows", windows);
+  put("data.next_window", next_window);
+  return m;
+}
+
+RunRecord RunRecord::read(const SafetensorsReader& reader) {
+  RunRecord r;
+  r.steps = metadata_integer(reader, "training.steps", -1);
+  r.local_batch_size = metadata_integer(reader, "training.local_batch_size", -1);
+  r.seq_len = metadata_integer(reader, "training.seq_len", -1);
+  r.windows = metadata_integer(reader, "data.windows", -1);
+  r.next_window = metadata_integer(reader, "data.next_window", -1);
+  return r;
 }
 
 int64_t load_checkpoint(const std::string& path, ModelState& state, bool with_optimizer) {

@@ -17,6 +17,11 @@ int64_t model_flops_per_token(int64_t params, int64_t embedding_params,
 
 int64_t physical_memory_bytes();
 
+// The process's peak resident set size so far (VmHWM in /proc/self/status),
+// or -1 where it cannot be read. memory.limit bounds the allocator's books,
+// not this (README "What memory.limit bounds").
+int64_t process_peak_rss_bytes();
+
 struct StepMetrics {
   int64_t step = 0;
   double loss = 0;

@@ -76,6 +76,46 @@ void remove_stale_checkpoint_temporaries(const JobConfig& config) {
   }
 }
 
+// Where a resumed run's data continues, and what it warns about when the run
+// differs from the one that saved (README "Resuming a run"): the learning-rate
+// schedule is laid over this run's training.steps; the data continues at the
+// window the saving run would have read next when seq_len and the dataset are
+// the same, whatever the batch size; else (or for a checkpoint without that
+// record) at (step x batch) mod windows.
+int64_t resume_data_position(const JobConfig& config, const RunRecord& saved, int64_t start_step,
+                             int64_t windows) {
+  const auto& t = config.training;
+  auto warn = [](const std::string& text) { std::printf("warning: %s\n", text.c_str()); };
+  const std::string from =
+      "the checkpoint (step " + std::to_string(start_step) + ") was saved by a run with ";
+  if (saved.steps >= 0 && saved.steps != t.steps)
+    warn(from + "training.steps = " + std::to_string(saved.steps) + ", this run has " +
+         std::to_string(t.steps) + ": the learning-rate schedule (warmup, decay) is laid over " +
+         std::to_string(t.steps) + " steps, so the learning rate after step " +
+         std::to_string(start_step) + " is not the one the original run would have used");
+  if (saved.local_batch_size >= 0 && saved.local_batch_size != t.local_batch_size)
+    warn(from + "training.local_batch_size = " + std::to_string(saved.local_batch_size) +
+         ", this run has " + std::to_string(t.local_batch_size) +
+         ": steps from here on see a different number of tokens" +
+         (saved.next_window >= 0 && saved.seq_len == t.seq_len
+              ? " (the data continues where that run stopped)"
+              : ""));
+  if (saved.seq_len >= 0 && saved.seq_len != t.seq_len)
+    warn(from + "training.seq_len = " + std::to_string(saved.seq_len) + ", this run has " +
+         std::to_string(t.seq_len) + ": its data windows are not this run's, so the data "
+         "continues at window (step x batch) mod " + std::to_string(windows) +
+         ", not where that run stopped");
+  else if (saved.windows >= 0 && saved.windows != windows)
+    warn(from + "a dataset of " + std::to_string(saved.windows) + " windows of seq_len + 1 "
+         "tokens, this run's has " + std::to_string(windows) +
+         " (another dataset?): the data continues at that run's next window mod " +
+         std::to_string(windows));
+  if (saved.next_window >= 0 && saved.seq_len == t.seq_len)
+    return saved.next_window % windows;
+  // (step x batch) mod windows, without forming the product of two large numbers.
+  return (start_step % windows) * (t.local_batch_size % windows) % windows;
+}
+
 // One JSON object per logged step; non-finite values are written as null.
 std::string metrics_json(const StepMetrics& m, int64_t activation_bytes_at_peak,
                          int64_t max_activation_bytes) {
@@ -133,8 +173,12 @@ int run_train(const JobConfig& config) {
                        "dataset \"fortunes\")");
     }
   }
-  if (!config.checkpoint.load.empty())
-    checkpoint_step(SafetensorsReader::open(config.checkpoint.load));
+  RunRecord saved_run;
+  if (!config.checkpoint.load.empty()) {
+    const SafetensorsReader reader = SafetensorsReader::open(config.checkpoint.load);
+    checkpoint_step(reader);
+    saved_run = RunRecord::read(reader);
+  }
   check_output_places(config, seed_only || config.checkpoint.enable);
   if (!seed_only) check_run_fits(config);
   const int threads = configure_threads(config);
@@ -164,9 +208,19 @@ int run_train(const JobConfig& config) {
   std::printf("dataset: %s\n", data.description.c_str());
   BatchLoader loader(std::move(data.tokens), t.local_batch_size, t.seq_len,
                      t.dataset_path.empty() ? t.dataset : t.dataset_path);
-  // (step x batch) mod windows, without forming the product of two large numbers.
   const int64_t windows = loader.num_windows();
-  loader.set_position((start_step % windows) * (t.local_batch_size % windows) % windows);
+  if (start_step > 0)
+    loader.set_position(resume_data_position(config, saved_run, start_step, windows));
+  // What each checkpoint records about this run (RunRecord).
+  auto run_record = [&] {
+    RunRecord r;
+    r.steps = t.steps;
+    r.local_batch_size = t.local_batch_size;
+    r.seq_len = t.seq_len;
+    r.windows = windows;
+    r.next_window = loader.position();
+    return r.metadata();
+  };
 
   const bool peak_from_config = config.metrics.peak_flops > 0;
   double peak_flops = peak_from_config ? config.metrics.peak_flops : cpu::best_peak_flops(threads);
@@ -205,6 +259,7 @@ int run_train(const JobConfig& config) {
   auto window_start = Clock::now();
   int64_t window_tokens = 0, window_peak = 0, window_recompute_flops = 0;
   int64_t window_max_activations = 0;
+  int64_t run_peak = 0;  // the allocator's peak over all steps
   int64_t step = start_step;
   while (step < t.steps && !stop.received()) {
     ++step;
@@ -223,6 +278,7 @@ int run_train(const JobConfig& config) {
     }
     window_tokens += static_cast<int64_t>(inputs.size());
     window_peak = std::max(window_peak, allocator.peak());
+    run_peak = std::max(run_peak, allocator.peak());
     window_max_activations = std::max(
         window_max_activations, allocator.category_peaks()[MemoryCategory::kActivations]);
     window_recompute_flops += executor.counts().recompute_flops;
@@ -274,7 +330,7 @@ int run_train(const JobConfig& config) {
       break;
     }
     if (config.checkpoint.enable && step % config.checkpoint.interval == 0) {
-      save_checkpoint(checkpoint_path(config, step), state, step, true);
+      save_checkpoint(checkpoint_path(config, step), state, step, true, run_record());
     }
   }
   const int signal = stop.received();
@@ -287,8 +343,23 @@ int run_train(const JobConfig& config) {
   if (!diverged && config.checkpoint.enable && step > start_step &&
       step % config.checkpoint.interval != 0) {
     const std::string path = checkpoint_path(config, step);
-    save_checkpoint(path, state, step, true);
+    save_checkpoint(path, state, step, true, run_record());
     std::printf("checkpoint written to %s\n", path.c_str());
+  }
+  // What memory.limit bounds (the allocator's books) next to what the
+  // operating system saw (README "What memory.limit bounds").
+  const int64_t rss = process_peak_rss_bytes();
+  if (step > start_step && rss > 0) {
+    // The allocator never returns a freed buffer to malloc (it caches it for
+    // the next step), so reserved() now is the most it ever held.
+    const int64_t reserved = allocator.reserved();
+    std::printf("memory: allocator peak %s (%s bytes; what memory.limit bounds), reserved %s "
+                "(%s bytes, with its cache of freed buffers), process peak RSS %s (%s bytes, "
+                "VmHWM), %s more than the allocator peak\n",
+                format_bytes(run_peak).c_str(), with_thousands(run_peak).c_str(),
+                format_bytes(reserved).c_str(), with_thousands(reserved).c_str(),
+                format_bytes(rss).c_str(), with_thousands(rss).c_str(),
+                format_bytes(rss - run_peak).c_str());
   }
   if (profile) {
     double total = 0;

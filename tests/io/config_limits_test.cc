@@ -33,6 +33,23 @@ TEST(ConfigLimits, HugeSeqLenAndBatchAreRangeErrors) {
   EXPECT_EQ(error_of({"--training.seq_len=16777216"}), "");
 }
 
+// Sizes become int64 byte counts: one beyond 2^62 bytes would overflow the
+// cast (found by tests/fuzz/fuzz_cli with a 100-digit memory.limit).
+TEST(ConfigLimits, SizesAreAtMostFourExbibytes) {
+  EXPECT_EQ(parse_memory_size("4096PiB"), 0);  // no such unit
+  EXPECT_EQ(parse_memory_size("4194304TiB"), 0x1p62);
+  EXPECT_EQ(parse_memory_size("4194305TiB"), 0);
+  EXPECT_EQ(parse_memory_size("1e300GiB"), 0);
+  std::string e = error_of({"--memory.limit", "1e30GiB"});
+  EXPECT_NE(e.find("memory.limit = \"1e30GiB\""), std::string::npos) << e;
+  EXPECT_NE(e.find("at most 4EiB"), std::string::npos) << e;
+  e = error_of({"--activation_checkpoint.memory_budget", "9e18B"});
+  EXPECT_NE(e.find("activation_checkpoint.memory_budget = \"9e18B\""), std::string::npos) << e;
+  EXPECT_EQ(error_of({"--memory.limit", "4194304TiB", "--activation_checkpoint.memory_budget",
+                      "1000000TB"}),
+            "");
+}
+
 TEST(ConfigLimits, ThreadsAreBoundedByTheMachine) {
   const int64_t max = max_training_threads();
   EXPECT_GE(max, 1);

@@ -323,9 +323,78 @@ TEST(Config, WrongTypesNameKeyValueAndType) {
   EXPECT_NE(e.find("needs a value"), std::string::npos) << e;
 }
 
+// toml++ 3.3.0 breaks its own preconditions on these (found by
+// tests/fuzz/fuzz_config; assertions in a build with them): each is a syntax
+// error, exit 2.
+TEST(Config, TableHeadersThatCannotStartAKeyAndArraysOfBrace) {
+  using namespace std::string_literals;
+  for (const std::string& text : {"[="s, "[[="s, "[[[1]]]"s, "[[[a]]]"s, "[[[]]"s, "[ *]\n"s,
+                                 "t=[}"s, "t = [1,}"s, "t=[[[[}]]]]"s, "t={a=[}]}"s,
+                                 "y = 0535-05-27T\0\0\0\0" "07:32"s}) {
+    const std::string e = error_of_toml(text);
+    EXPECT_NE(e.find("TOML syntax error in test.toml at line 1"), std::string::npos)
+        << text << " -> " << e;
+  }
+  const std::string e = error_of_toml("t = [ # a comment\n  }]");
+  EXPECT_NE(e.find("at line 2, column 3: expected a value or ']' in an array, saw '}'"),
+            std::string::npos)
+      << e;
+}
+
+// toml++ 3.3.0 reaches __builtin_unreachable() on a non-ASCII character
+// where it looks for whitespace (found by tests/fuzz/fuzz_config); remat
+// reports those syntax errors itself, and accepts non-ASCII text wherever
+// TOML does.
+TEST(Config, NonAsciiOutsideStringsIsASyntaxError) {
+  struct Case {
+    std::string text, where;
+  };
+  const Case cases[] = {
+      {"[training]\nsteps = 1111111\xcb\x9a\xce\xa2" "15.8", "line 2, column 16"},
+      {"[training] \xc2\xa7\n", "line 1, column 12"},
+      {"[job]\ndescription = \"x\" \xc2\xa7\n", "line 2, column 19"},
+      {"[job]\n\xc3\xa9 = 1\n", "line 2, column 1"},
+      {"[job]\ndescription = \"\"\"\\\n\xc2\xa7\"\"\"\n", "line 3, column 1"},
+      {"[job]\ndescription = \"\"\"\\\xc2\xa7\"\"\"\n", "line 2, column 19"},
+      // toml++ reads a bare value up to whitespace, ] } , or #, through quotes
+      {"m = 0\x1f'ae\xc7\xb3", "line 1, column 10"},
+      {"[job]\ndescription = 1979-05-27 \"\xc3\xa9\"\n", "line 2, column 27"},
+      {"[job]\ndescription = [1\"\xc3\xa9\"]\n", "line 2, column 18"},
+      {std::string("t=[[[[-\x00{'%{[\xef\xb9\xbf", 16), "line 1, column 14"},
+      {"t = -{'\xc3\xa9'}", "line 1, column 8"},
+  };
+  for (const auto& c : cases) {
+    const std::string e = error_of_toml(c.text);
+    EXPECT_NE(e.find("TOML syntax error in test.toml at " + c.where), std::string::npos)
+        << c.text << " -> " << e;
+  }
+}
+
+TEST(Config, NonAsciiInStringsAndCommentsIsFine) {
+  const JobConfig c = parse(
+      "\xEF\xBB\xBF# r\xc3\xa9sum\xc3\xa9 \xe2\x98\x83\n"
+      "[job] # \xc2\xa7\n"
+      "description = \"\"\"caf\xc3\xa9 \\\n   na\xc3\xafve\n\xc2\xa7\"\"\"\n"
+      "dump_folder = '/tmp/\xc3\xa9t\xc3\xa9'\n"
+      "[\"model\"]\n"
+      "flavor = '''\xc2\xa7'''\n"
+      "[activation_checkpoint]\n"
+      "per_op_sac_force_recompute_mm_by_fqns = [\n"
+      "  \"\xc3\xa9\", # \xc2\xa7\n"
+      "  '\\\xc2\xa7',\n"
+      "]\n");
+  EXPECT_EQ(c.job.description, "caf\xc3\xa9 na\xc3\xafve\n\xc2\xa7");
+  EXPECT_EQ(c.job.dump_folder, "/tmp/\xc3\xa9t\xc3\xa9");
+  EXPECT_EQ(c.model.flavor, "\xc2\xa7");
+  EXPECT_EQ(c.activation_checkpoint.per_op_sac_force_recompute_mm_by_fqns,
+            (std::vector<std::string>{"\xc3\xa9", "\\\xc2\xa7"}));
+}
+
 TEST(Config, MalformedOverrides) {
   for (const std::string bad : {"training.steps", "-training.steps=1", "--steps=1", "--.steps=1",
-                                "--training.=1", "--a.b.c=1", "--"}) {
+                                "--training.=1", "--a.b.c=1", "--",
+                                // shorter than "--" before an "=" (found by tests/fuzz/fuzz_cli)
+                                "x=1", "-=", "=", ""}) {
     const std::string e = error_of_overrides({bad, "1"});
     EXPECT_NE(e.find("bad override '" + bad + "'"), std::string::npos) << e;
     EXPECT_NE(e.find("--section.key"), std::string::npos) << e;

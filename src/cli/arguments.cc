@@ -1,0 +1,103 @@
+#include "cli/arguments.h"
+
+#include "core/error.h"
+
+namespace remat {
+
+const char* const kUsage =
+    "usage: remat <command> --config FILE [--section.key value ...]\n"
+    "commands:\n"
+    "  train   train the model the config describes\n"
+    "  eval    print the validation loss of --checkpoint.load on --validation.dataset\n"
+    "  plan    predict peak memory and recompute per AC mode without running;\n"
+    "          --json for tools, --mm for the matmul table, --torchtitan for bf16 x 8 ranks,\n"
+    "          --pareto FILE.svg|.csv|.json for the memory_budget front,\n"
+    "          --explain for each value the plan keeps or rebuilds,\n"
+    "          --maximize throughput for the batch size and plan with the most tokens/s\n"
+    "  grads   one forward/backward pass; --tokens FILE.npy --out FILE.safetensors\n"
+    "          (the gradient dump the PyTorch oracle test compares)\n"
+    "Any config key can be overridden as --section.key value or --section.key=value.\n";
+
+namespace {
+
+// Splits the arguments after the command into --config, the command's own
+// flags and config overrides (everything else, checked by the config loader).
+void split_arguments(const std::vector<std::string>& args,
+                     const std::vector<std::string>& extra_flags, CommandLine& c) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string arg = args[i];
+    std::string value;
+    bool has_value = false;
+    if (auto eq = arg.find('='); arg.rfind("--", 0) == 0 && eq != std::string::npos) {
+      value = arg.substr(eq + 1);
+      arg = arg.substr(0, eq);
+      has_value = true;
+    }
+    bool is_extra = arg == "--config";
+    for (const std::string& f : extra_flags) is_extra = is_extra || arg == "--" + f;
+    if (!is_extra) {
+      c.overrides.push_back(args[i]);
+      continue;
+    }
+    if (!has_value) {
+      if (i + 1 >= args.size()) throw InputError("option " + arg + " needs a value");
+      value = args[++i];
+    }
+    if (arg == "--config") {
+      c.config_path = value;
+    } else {
+      c.extra[arg.substr(2)] = value;
+    }
+  }
+  if (c.config_path.empty()) {
+    throw InputError("missing --config FILE (e.g. --config configs/llama3_debug.toml)");
+  }
+}
+
+}  // namespace
+
+CommandLine parse_command_line(const std::vector<std::string>& args) {
+  if (args.empty())
+    throw InputError(std::string("missing command (expected train, eval, plan or grads)\n") +
+                     kUsage);
+  CommandLine c;
+  c.command = args[0];
+  if (c.command == "-h" || c.command == "--help" || c.command == "help") {
+    c.command = "help";
+    return c;
+  }
+  const std::vector<std::string> rest(args.begin() + 1, args.end());
+  if (c.command == "train" || c.command == "eval") {
+    split_arguments(rest, {}, c);
+  } else if (c.command == "plan") {
+    // Flags without values: pulled out before the config overrides.
+    std::vector<std::string> others;
+    for (const std::string& arg : rest) {
+      if (arg == "--json") {
+        c.json = true;
+      } else if (arg == "--mm") {
+        c.matmuls = true;
+      } else if (arg == "--torchtitan") {
+        c.torchtitan = true;
+      } else if (arg == "--explain") {
+        c.explain = true;
+      } else {
+        others.push_back(arg);
+      }
+    }
+    split_arguments(others, {"pareto", "maximize"}, c);
+    if (auto it = c.extra.find("maximize"); it != c.extra.end() && it->second != "throughput") {
+      throw InputError("--maximize " + it->second + ": expected \"throughput\"");
+    }
+  } else if (c.command == "grads") {
+    split_arguments(rest, {"tokens", "out"}, c);
+    if (!c.extra.count("tokens") || !c.extra.count("out"))
+      throw InputError("grads needs --tokens FILE.npy and --out FILE.safetensors");
+  } else {
+    throw InputError("unknown command '" + c.command +
+                     "' (expected train, eval, plan or grads)\n" + kUsage);
+  }
+  return c;
+}
+
+}  // namespace remat

@@ -1,0 +1,33 @@
+// The remat command line, parsed without running anything:
+// `remat <command> --config FILE [--flag value ...] [--section.key value ...]`.
+//
+// Kept apart from the commands so the parser can be unit-tested and fuzzed on
+// its own (tests/fuzz/fuzz_cli.cc). Every problem is an InputError.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace remat {
+
+extern const char* const kUsage;
+
+struct CommandLine {
+  std::string command;  // "train", "eval", "plan", "grads" or "help"
+  std::string config_path;
+  // Command-specific flags with values: plan's "pareto" and "maximize",
+  // grads' "tokens" and "out".
+  std::map<std::string, std::string> extra;
+  // Everything else, in order, for the config loader ("--section.key", "value", ...).
+  std::vector<std::string> overrides;
+  // plan's flags without values.
+  bool json = false, matmuls = false, torchtitan = false, explain = false;
+};
+
+// `args` is argv without argv[0]. InputError for a missing or unknown
+// command, a missing --config, a flag without its value, or grads without
+// --tokens and --out. "help" (also -h, --help) needs nothing else.
+CommandLine parse_command_line(const std::vector<std::string>& args);
+
+}  // namespace remat

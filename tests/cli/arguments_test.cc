@@ -1,0 +1,58 @@
+#include "cli/arguments.h"
+
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+
+namespace remat {
+namespace {
+
+TEST(CommandLine, TrainSplitsConfigFromOverrides) {
+  const CommandLine c = parse_command_line(
+      {"train", "--training.steps", "3", "--config", "a.toml", "--model.dim=64"});
+  EXPECT_EQ(c.command, "train");
+  EXPECT_EQ(c.config_path, "a.toml");
+  EXPECT_EQ(c.overrides, (std::vector<std::string>{"--training.steps", "3", "--model.dim=64"}));
+  EXPECT_TRUE(c.extra.empty());
+}
+
+TEST(CommandLine, ConfigWithEqualsAndLastOneWins) {
+  EXPECT_EQ(parse_command_line({"eval", "--config=x.toml", "--config", "y.toml"}).config_path,
+            "y.toml");
+}
+
+TEST(CommandLine, PlanFlagsAnywhere) {
+  const CommandLine c = parse_command_line(
+      {"plan", "--mm", "--config", "a.toml", "--json", "--pareto=f.svg", "--torchtitan"});
+  EXPECT_TRUE(c.json && c.matmuls && c.torchtitan);
+  EXPECT_EQ(c.extra.at("pareto"), "f.svg");
+  EXPECT_TRUE(c.overrides.empty());
+}
+
+TEST(CommandLine, GradsNeedsTokensAndOut) {
+  const CommandLine c =
+      parse_command_line({"grads", "--config", "a.toml", "--tokens", "t.npy", "--out", "g"});
+  EXPECT_EQ(c.extra.at("tokens"), "t.npy");
+  EXPECT_EQ(c.extra.at("out"), "g");
+  EXPECT_THROW(parse_command_line({"grads", "--config", "a.toml", "--tokens", "t.npy"}),
+               InputError);
+}
+
+TEST(CommandLine, HelpNeedsNothingElse) {
+  EXPECT_EQ(parse_command_line({"--help"}).command, "help");
+  EXPECT_EQ(parse_command_line({"-h", "junk"}).command, "help");
+}
+
+TEST(CommandLine, BadLinesAreInputErrors) {
+  EXPECT_THROW(parse_command_line({}), InputError);
+  EXPECT_THROW(parse_command_line({"fly", "--config", "a.toml"}), InputError);
+  EXPECT_THROW(parse_command_line({"train"}), InputError);
+  EXPECT_THROW(parse_command_line({"train", "--config"}), InputError);
+  EXPECT_THROW(parse_command_line({"train", "--config="}), InputError);
+  EXPECT_THROW(parse_command_line({"plan", "--config", "a.toml", "--pareto"}), InputError);
+  // --pareto belongs to plan only: elsewhere it is an override for the config loader.
+  EXPECT_EQ(parse_command_line({"train", "--config", "a", "--pareto", "p"}).overrides.size(), 2u);
+}
+
+}  // namespace
+}  // namespace remat

@@ -1,0 +1,147 @@
+"""Resuming a run (README "Resuming a run").
+
+- A resume is bit-exact: 2 steps, save, resume to 4 gives the loss and
+  grad_norm of steps 3 and 4 of a straight 4-step run, byte for byte in the
+  metrics (llama3 and llama4).
+- Each checkpoint records the run: training.steps, local_batch_size, seq_len,
+  the dataset's window count and the window the next batch starts at.
+- A resume with another training.steps or local_batch_size warns, naming both
+  values; with another batch size the data continues at the recorded window
+  (the checkpoint the resumed run writes records where it got to); with
+  another seq_len it warns that the data position is recomputed. The same
+  settings give no warning.
+- Malformed run metadata is exit 2 naming the key.
+
+Usage: test_resume.py <path-to-remat>
+"""
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REMAT = os.path.abspath(sys.argv[1])
+REPO = Path(__file__).resolve().parents[2]
+SMALL = ["--training.seq_len", "32", "--training.local_batch_size", "2", "--model.dim", "64",
+         "--model.n_heads", "4", "--model.n_kv_heads", "4", "--metrics.log_freq", "1",
+         "--metrics.peak_flops", "1e11"]
+failures = []
+
+
+def check(ok, what):
+    print(("ok   " if ok else "FAIL ") + what, flush=True)
+    if not ok:
+        failures.append(what)
+
+
+def train(tmp, config, *extra):
+    proc = subprocess.run([REMAT, "train", "--config", config, *SMALL, *extra], cwd=tmp,
+                          capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        print(proc.stdout[-1500:], proc.stderr[-1500:], sep="\n")
+    return proc
+
+
+def metadata(path):
+    data = Path(path).read_bytes()
+    n = struct.unpack("<Q", data[:8])[0]
+    meta = json.loads(data[8:8 + n]).get("__metadata__", {})
+    return {k: v for k, v in meta.items() if not k.startswith("crc32c.")}
+
+
+def steps_of(path):
+    """step -> the metrics line without the timing fields."""
+    out = {}
+    for line in Path(path).read_text().splitlines():
+        m = json.loads(line)
+        out[m["step"]] = (m["loss"], m["grad_norm"], m["lr"])
+    return out
+
+
+def test_bit_exact(model):
+    config = str(REPO / "configs" / f"{model}_debug.toml")
+    with tempfile.TemporaryDirectory(prefix="remat-resume-") as tmp:
+        tmp = Path(tmp)
+        straight = train(tmp, config, "--training.steps", "4", "--metrics.jsonl_path", "a.jsonl",
+                         "--job.dump_folder", "a")
+        # Same training.steps, so the same LR schedule: only the stop differs.
+        first = train(tmp, config, "--training.steps", "4", "--checkpoint.enable", "true",
+                      "--checkpoint.interval", "2", "--metrics.jsonl_path", "b.jsonl",
+                      "--job.dump_folder", "b")
+        checkpoint = tmp / "b" / "checkpoint" / "step-2.safetensors"
+        resumed = train(tmp, config, "--training.steps", "4", "--checkpoint.load", str(checkpoint),
+                        "--metrics.jsonl_path", "c.jsonl", "--job.dump_folder", "c")
+        ok = straight.returncode == first.returncode == resumed.returncode == 0
+        a, c = (steps_of(tmp / "a.jsonl"), steps_of(tmp / "c.jsonl")) if ok else ({}, {})
+        check(ok and sorted(c) == [3, 4] and all(a[s] == c[s] for s in (3, 4)),
+              f"{model}: steps 3-4 resumed from step 2 equal the straight run's bit for bit: "
+              f"{[a.get(s) for s in (3, 4)]} vs {[c.get(s) for s in (3, 4)]}")
+        check("warning" not in resumed.stdout,
+              f"{model}: resuming with the same settings warns about nothing")
+
+
+def test_record_and_warnings():
+    config = str(REPO / "configs" / "llama3_debug.toml")
+    with tempfile.TemporaryDirectory(prefix="remat-resume-") as tmp:
+        tmp = Path(tmp)
+        train(tmp, config, "--training.steps", "3", "--checkpoint.enable", "true",
+              "--job.dump_folder", "a")
+        saved = tmp / "a" / "checkpoint" / "step-3.safetensors"
+        meta = metadata(saved) if saved.exists() else {}
+        windows = int(meta.get("data.windows", "0"))
+        check(meta.get("training.steps") == "3" and meta.get("training.local_batch_size") == "2"
+              and meta.get("training.seq_len") == "32" and windows > 1000
+              and meta.get("data.next_window") == "6" and meta.get("step") == "3",
+              f"the checkpoint records the run: {meta}")
+
+        # Another batch size: a warning, and the data goes on from window 6.
+        proc = train(tmp, config, "--training.steps", "5", "--training.local_batch_size", "4",
+                     "--checkpoint.load", str(saved), "--checkpoint.enable", "true",
+                     "--job.dump_folder", "b")
+        out = proc.stdout
+        check(proc.returncode == 0 and "training.steps = 3, this run has 5" in out and
+              "learning-rate schedule" in out, "another training.steps warns, naming both")
+        check("training.local_batch_size = 2, this run has 4" in out and
+              "the data continues where that run stopped" in out,
+              "another local_batch_size warns, naming both")
+        after = tmp / "b" / "checkpoint" / "step-5.safetensors"
+        got = metadata(after).get("data.next_window") if after.exists() else None
+        check(got == str(6 + 2 * 4),
+              f"with batch 4 the data went on from window 6: next window {got}, expected 14 "
+              "(step x batch would give 20)")
+
+        proc = train(tmp, config, "--training.steps", "4", "--training.seq_len", "16",
+                     "--checkpoint.load", str(saved), "--job.dump_folder", "c")
+        check(proc.returncode == 0 and "training.seq_len = 32, this run has 16" in proc.stdout
+              and "(step x batch) mod" in proc.stdout,
+              "another seq_len warns that the data position is recomputed")
+
+        # A malformed record is a bad checkpoint: exit 2 naming the key.
+        data = saved.read_bytes()
+        n = struct.unpack("<Q", data[:8])[0]
+        header = json.loads(data[8:8 + n])
+        header["__metadata__"]["data.next_window"] = "-1"
+        text = json.dumps(header, separators=(",", ":")).encode()
+        text += b" " * ((8 - len(text) % 8) % 8)
+        bad = tmp / "bad.safetensors"
+        bad.write_bytes(struct.pack("<Q", len(text)) + text + data[8 + n:])
+        proc = train(tmp, config, "--training.steps", "4", "--checkpoint.load", str(bad),
+                     "--job.dump_folder", "d")
+        check(proc.returncode == 2 and "data.next_window" in proc.stderr and
+              not (tmp / "d").exists(),
+              f"malformed run metadata is exit 2 naming the key, nothing written "
+              f"(got {proc.returncode}: {proc.stderr.strip()[:200]})")
+
+
+def main():
+    test_bit_exact("llama3")
+    test_bit_exact("llama4")
+    test_record_and_warnings()
+    print(f"{len(failures)} failing check(s)" if failures else "all checks ok")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
