@@ -60,7 +60,8 @@ with tempfile.TemporaryDirectory() as tmp:
         if "calibrated now" not in first["cost_model"] or str(cache) not in first["cost_model"]:
             failures.append(f"{name}: first measured run: {first['cost_model']}")
         ops = json.loads(cache.read_text())["ops"]
-        pointwise = [s for s in ops if s.split()[0] in ("rmsnorm", "rope", "silu_mul", "add")]
+        pointwise = [s for s in ops if s.split()[0] == "forward" and
+                     s.split()[1] in ("rmsnorm", "rope", "silu_mul", "add")]
         if not pointwise or min(ops[s] for s in pointwise) <= 0:
             failures.append(f"{name}: pointwise ops not timed: {ops}")
         second = plan(args)
