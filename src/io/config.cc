@@ -276,8 +276,11 @@ void assign_from_toml(const Field& field, const toml::node& node, const std::str
 //    and an array element starting with '}' ("t = [}") one of its value
 //    parser: assertions in a build with them, __builtin_assume under clang.
 // Both are syntax errors in TOML, so this scan reports them itself, before
-// toml++ sees the text. It follows TOML's lexical structure (comments,
-// the four string kinds, brackets); anything else it leaves to toml++.
+// toml++ sees the text. It follows TOML's lexical structure as toml++ reads
+// it (comments, the four string kinds, bare values up to their terminator,
+// arrays and inline tables); anything else it leaves to toml++. Valid TOML
+// is refused in one corner only: a non-ASCII character right after a
+// line-ending backslash in a """ string (where toml++ 3.3.0 has the bug).
 void check_toml_lexically_safe(const std::string& text, const std::string& source) {
   size_t i = text.starts_with("\xEF\xBB\xBF") ? 3 : 0;  // a UTF-8 byte order mark
   size_t line = 1, line_start = i;
