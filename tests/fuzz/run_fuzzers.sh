@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every fuzz target (tests/fuzz/README.md): first over its seed corpus,
-# then fuzzing for FUZZ_SECONDS (default 20). Fails at the first target that
+# then fuzzing for FUZZ_SECONDS (default 15). Fails at the first target that
 # crashes, reports a sanitizer error, lets an exception other than InputError
 # escape, times out on one input or allocates more than the limits below.
 #
@@ -12,7 +12,7 @@ set -euo pipefail
 build=$(cd "$1" && pwd)
 shift
 here=$(cd "$(dirname "$0")" && pwd)
-seconds=${FUZZ_SECONDS:-20}
+seconds=${FUZZ_SECONDS:-15}
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(config cli npy safetensors jsonl txt)
 artifacts="$build/artifacts"
