@@ -16,8 +16,13 @@ seconds=${FUZZ_SECONDS:-15}
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(config cli npy safetensors jsonl txt)
 artifacts="$build/artifacts"
-scratch=$(mktemp -d "${TMPDIR:-/tmp}/remat-fuzz-corpus-XXXXXX")
+base=/dev/shm
+[ -d "$base" ] || base=${TMPDIR:-/tmp}
+scratch=$(mktemp -d "$base/remat-fuzz-XXXXXX")
 trap 'rm -rf "$scratch"' EXIT
+# The harnesses write each input to a file under here (fuzz_common.h).
+export REMAT_FUZZ_TMP="$scratch/files"
+mkdir -p "$REMAT_FUZZ_TMP"
 mkdir -p "$artifacts"
 
 # One input may take at most 10 s and 512 MiB in one allocation, the whole
