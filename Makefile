@@ -9,7 +9,7 @@ FUZZ_DIR ?= build-fuzz
 ASAN_DIR ?= build-asan
 JOBS ?= $(shell nproc)
 # How long `make fuzz` runs each of its 6 targets (tests/fuzz/README.md).
-FUZZ_SECONDS ?= 20
+FUZZ_SECONDS ?= 15
 # Debian packages the build, the tests and the default dataset need
 # (clang-14 and libclang-rt-14-dev: libFuzzer and the sanitizers of `make fuzz`;
 # g++ brings libasan and libubsan for `make asan`).

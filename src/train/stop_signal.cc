@@ -36,6 +36,14 @@ StopSignals::StopSignals() {
 }
 
 StopSignals::~StopSignals() {
+  if (received() != 0) {
+    // The run stopped on a signal and is on its way out with 128 + N: more of
+    // them (a Ctrl-C storm) must not kill it before it exits, which would
+    // lose the buffered log and turn exit status 130 into death by SIGINT.
+    signal(SIGINT, SIG_IGN);
+    signal(SIGTERM, SIG_IGN);
+    return;
+  }
   sigaction(SIGINT, &previous_int_, nullptr);
   sigaction(SIGTERM, &previous_term_, nullptr);
 }

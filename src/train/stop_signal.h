@@ -15,7 +15,7 @@ namespace remat {
 class StopSignals {
  public:
   StopSignals();   // installs the handlers
-  ~StopSignals();  // restores the previous ones
+  ~StopSignals();  // restores the previous ones, or ignores both once one was received
   StopSignals(const StopSignals&) = delete;
   StopSignals& operator=(const StopSignals&) = delete;
 

@@ -7,20 +7,20 @@ A run of the llama3 debug model at batch 1 x seq 32 saves a 74 MB checkpoint
 inside saves. Each trial starts such a run, waits for its first checkpoint,
 then after a random delay sends:
 
-- SIGKILL (8 trials: 4 at a random moment up to 3 s after the first
-  checkpoint, 4 at a random moment within 50 ms of the start of the save of
-  step 2 or 3, while it writes and fsyncs the .tmp): afterwards the newest step-N.safetensors must be the
+- SIGKILL (6 trials: 3 at a random moment up to 3 s after the first
+  checkpoint, 3 at a random moment within 20 ms of the start of the save of
+  step 2 or 3, while it writes the .tmp (74 MB) or fsyncs it): afterwards the newest step-N.safetensors must be the
   step last logged (K) or, when the save of K was cut short, K - 1; a killed
   save may leave step-K.safetensors.tmp and nothing else; every complete
   checkpoint is a whole safetensors file; the newest one passes `remat eval`
   (which checks every tensor's CRC-32C) and a one-step resume from it works
   and removes the stale temporary.
-- SIGTERM (3 trials): the run stops at the step boundary after the save in
+- SIGTERM (2 trials): the run stops at the step boundary after the save in
   flight, saves the last step, exits 143, leaves no temporary, and that
   checkpoint loads. (tests/e2e/test_failure_behaviour.py covers SIGTERM and a
   SIGINT storm between saves; these land inside periodic saves.)
 
-The targeted kills must actually cut saves short: at least half of them have
+The targeted kills must actually cut saves short: at least 2 of the 3 have
 to leave a .tmp behind, or the test fails as not having tested a torn save. The random seed is printed; REMAT_FAULT_SEED=N replays it.
 
 Usage: test_kill_during_save.py <path-to-remat>
@@ -41,8 +41,8 @@ REMAT = os.path.abspath(sys.argv[1])
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = str(REPO / "configs" / "llama3_debug.toml")
 SHAPE = ["--training.local_batch_size", "1", "--training.seq_len", "32"]
-KILL_TRIALS = 8
-TERM_TRIALS = 3
+KILL_TRIALS = 6
+TERM_TRIALS = 2
 TIMEOUT_S = 120
 failures = []
 
@@ -141,7 +141,7 @@ def kill_trial(number, rng, targeted):
         started = wait_for_first_checkpoint(proc, folder)
         if targeted:  # inside the write and fsync of the save of step 2 or 3
             step = rng.choice([2, 3])
-            delay = rng.uniform(0.0, 0.05)
+            delay = rng.uniform(0.0, 0.02)
             started = started and wait_for_temporary(proc, folder, step)
             when = f"{delay:.3f} s into the save of step {step}"
         else:
@@ -204,9 +204,9 @@ def main():
         kill_trial(i + 1, rng, targeted=False)
     mid_write = sum(kill_trial(i + 1, rng, targeted=True)
                     for i in range(KILL_TRIALS // 2, KILL_TRIALS))
-    check(mid_write * 2 >= KILL_TRIALS // 2,
+    check(mid_write >= 2,
           f"{mid_write} of {KILL_TRIALS // 2} targeted kills cut a save short, leaving its .tmp "
-          "(at least half must, or the test did not test a torn save)")
+          "(at least 2 must, or the test did not test a torn save)")
     for i in range(TERM_TRIALS):
         term_trial(i + 1, rng)
     print(f"{len(failures)} failing check(s)" if failures else "all checks ok")

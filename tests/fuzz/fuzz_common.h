@@ -46,13 +46,16 @@ inline void require(bool ok, const char* what) {
 }
 
 // The readers take paths, so each input is written to a scratch file first:
-// one folder per process (in /dev/shm when it exists, so no disk I/O),
-// removed at exit.
+// one folder per process, under $REMAT_FUZZ_TMP (run_fuzzers.sh points it at
+// a folder it removes, so nothing is left when a crash skips the cleanup at
+// exit), else /dev/shm when it exists (no disk I/O), else the temp folder.
 inline const std::string& scratch_folder() {
   static const std::string folder = [] {
     namespace fs = std::filesystem;
-    const fs::path base = fs::is_directory("/dev/shm") ? fs::path("/dev/shm")
-                                                       : fs::temp_directory_path();
+    const char* env = std::getenv("REMAT_FUZZ_TMP");
+    const fs::path base = env && *env                    ? fs::path(env)
+                          : fs::is_directory("/dev/shm") ? fs::path("/dev/shm")
+                                                         : fs::temp_directory_path();
     std::string pattern = (base / "remat-fuzz-XXXXXX").string();
     if (!mkdtemp(pattern.data())) {
       std::perror("fuzz: mkdtemp");

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every fuzz target (tests/fuzz/README.md): first over its seed corpus,
-# then fuzzing for FUZZ_SECONDS (default 20). Fails at the first target that
+# then fuzzing for FUZZ_SECONDS (default 15). Fails at the first target that
 # crashes, reports a sanitizer error, lets an exception other than InputError
 # escape, times out on one input or allocates more than the limits below.
 #
@@ -12,12 +12,17 @@ set -euo pipefail
 build=$(cd "$1" && pwd)
 shift
 here=$(cd "$(dirname "$0")" && pwd)
-seconds=${FUZZ_SECONDS:-20}
+seconds=${FUZZ_SECONDS:-15}
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(config cli npy safetensors jsonl txt)
 artifacts="$build/artifacts"
-scratch=$(mktemp -d "${TMPDIR:-/tmp}/remat-fuzz-corpus-XXXXXX")
+base=/dev/shm
+[ -d "$base" ] || base=${TMPDIR:-/tmp}
+scratch=$(mktemp -d "$base/remat-fuzz-XXXXXX")
 trap 'rm -rf "$scratch"' EXIT
+# The harnesses write each input to a file under here (fuzz_common.h).
+export REMAT_FUZZ_TMP="$scratch/files"
+mkdir -p "$REMAT_FUZZ_TMP"
 mkdir -p "$artifacts"
 
 # One input may take at most 10 s and 512 MiB in one allocation, the whole
