@@ -70,7 +70,7 @@ def main():
     out = [begin, "## memory_budget against the fixed modes and PyTorch's knapsack", "",
            f"Command: `/usr/bin/python3 bench/budget_vs_fixed.py --write` on {machine()}, "
            f"{os.cpu_count()} cores, 2 threads, {time.strftime('%Y-%m-%d %H:%M')} UTC, 1-minute "
-           f"load average {os.getloadavg()[0]:.1f} at the end. Median tokens/s of "
+           f"load average {os.getloadavg()[0]:.1f} at the start. Median tokens/s of "
            f"{args.steps} timed steps x {args.rounds} interleaved rounds. `budget @ X` is "
            "remat's memory_budget set to X's measured peak. Recompute share = recompute "
            "FLOPs / model FLOPs (pointwise ops re-run but count 0).", ""]
