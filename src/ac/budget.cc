@@ -1,6 +1,7 @@
 #include "ac/budget.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <map>
 #include <tuple>
@@ -36,7 +37,7 @@ struct State {
 // one; the bucket width then keeps about this many.
 constexpr size_t kExactStates = 1 << 15;
 constexpr int64_t kBuckets = 2048;
-constexpr int64_t kRestBuckets = 4096;
+constexpr int64_t kRestBuckets = 8192;
 
 // The bytes all blocks can keep at most (the range bucket widths divide).
 int64_t most_kept(const BudgetProblem& pb) {
@@ -76,11 +77,14 @@ std::vector<int32_t> undominated_at(const BudgetProblem& pb, int32_t b) {
   return kept;
 }
 
-// A lower bound on what blocks b.. cost when they may keep `room` bytes.
+// A lower bound on what blocks b.. cost when `room` bytes are left under the
+// budget (infinite: nothing fits).
 double rest_lower_bound(const BudgetProblem& pb, int32_t b, int64_t room) {
   if (pb.rest_cost.empty()) return 0;
+  if (room < pb.rest_origin) return std::numeric_limits<double>::infinity();
   const auto& row = pb.rest_cost[b];
-  const int64_t j = std::min<int64_t>(room / pb.rest_width, static_cast<int64_t>(row.size()) - 1);
+  const int64_t j = std::min<int64_t>((room - pb.rest_origin) / pb.rest_width,
+                                      static_cast<int64_t>(row.size()) - 1);
   return row[j];
 }
 
@@ -135,14 +139,27 @@ void extend_front(const BudgetProblem& pb, int32_t b, const std::vector<State>& 
     const Cursor c = heap.back();
     heap.pop_back();
     if (c.kept > room) continue;  // and so is the rest of this option's list
-    if (c.state + 1 < usable[c.option]) {
-      heap.push_back(at(c.option, c.state + 1));
+    const bool dominated = !layer.empty() && c.cost >= layer.back().cost;
+    // The next state of this option's list worth a look: after a dominated
+    // one, skip every later state the last state of the layer also
+    // dominates (more kept bytes, and costs fall along prev, so a binary
+    // search finds the first one cheaper than it).
+    int32_t next = c.state + 1;
+    if (dominated) {
+      const double beat = layer.back().cost - opts[c.option].cost;
+      next = static_cast<int32_t>(
+          std::partition_point(prev.begin() + next, prev.begin() + usable[c.option],
+                               [beat](const State& st) { return st.cost >= beat; }) -
+          prev.begin());
+    }
+    if (next < usable[c.option]) {
+      heap.push_back(at(c.option, next));
       std::push_heap(heap.begin(), heap.end(), later);
     }
-    if (!layer.empty() && c.cost >= layer.back().cost) continue;
-    if (cost_cap != kNoCostCap &&
-        !cost_leq(c.cost + rest_lower_bound(pb, b + 1, budget - pb.outside_all_kept - c.kept),
-                  cost_cap)) {
+    if (dominated) continue;
+    const double rest = rest_lower_bound(pb, b + 1, budget - c.kept);
+    if (rest == std::numeric_limits<double>::infinity()) continue;  // the rest cannot fit
+    if (cost_cap != kNoCostCap && !cost_leq(c.cost + rest, cost_cap)) {
       continue;  // cannot beat a plan already known
     }
     const State st{c.kept, c.cost, c.state, c.option};
@@ -231,8 +248,8 @@ BudgetChoice bounded_least_cost(const BudgetProblem& pb, int64_t budget,
   const BudgetChoice lower = least_cost(pb, budget, Rounding::kRelaxed, width, nullptr);
   // Two relaxations, each a valid bound; the higher is the better one.
   const double relaxed = lower.feasible ? lower.cost : upper.cost;
-  const double knapsack = rest_lower_bound(pb, 0, budget - pb.outside_all_kept);
-  upper.lower_bound = std::min(upper.cost, std::max(relaxed, knapsack));
+  const double suffix = rest_lower_bound(pb, 0, budget);
+  upper.lower_bound = std::min(upper.cost, std::max(relaxed, suffix));
   return upper;
 }
 
@@ -250,6 +267,152 @@ bool fits(const BudgetProblem& pb, int64_t budget) {
     kept = best;
   }
   return kept + pb.outside_all_kept <= budget;
+}
+
+// The table behind rest_lower_bound, from the last block back. A bucket
+// stands for its highest room r: an option fits if its window peak is at
+// most r, and leaves r - kept bytes, whose bucket's bound is no higher than
+// that of any smaller room (the bound falls as the room grows).
+void fill_rest_cost(BudgetProblem& pb) {
+  const auto n = static_cast<int32_t>(pb.blocks.size());
+  int64_t lowest = pb.outside_all_kept, highest = pb.outside_all_kept;
+  for (int32_t b = 0; b < n; ++b) {
+    for (const BlockOption& o : pb.options[pb.block_class[b]]) {
+      lowest = std::min(lowest, window_peak(pb, b, o));
+      highest = std::max(highest, window_peak(pb, b, o));
+    }
+  }
+  highest += most_kept(pb);  // room enough for every choice: the bound is 0
+  pb.rest_origin = lowest;
+  pb.rest_width = std::max<int64_t>(1, (highest - lowest) / kRestBuckets + 1);
+  const int64_t columns = (highest - lowest) / pb.rest_width + 1;
+  constexpr double kNever = std::numeric_limits<double>::infinity();
+  pb.rest_cost.assign(n + 1, std::vector<double>(columns, kNever));
+  auto top = [&](int64_t j) { return pb.rest_origin + (j + 1) * pb.rest_width - 1; };
+  for (int64_t j = 0; j < columns; ++j) {
+    if (top(j) >= pb.outside_all_kept) pb.rest_cost[n][j] = 0;
+  }
+  for (int32_t b = n - 1; b >= 0; --b) {
+    const auto& next = pb.rest_cost[b + 1];
+    auto& row = pb.rest_cost[b];
+    for (const BlockOption& o : pb.options[pb.block_class[b]]) {
+      const int64_t window = window_peak(pb, b, o);
+      for (int64_t j = 0; j < columns; ++j) {
+        if (top(j) < window) continue;
+        const int64_t left = top(j) - o.kept_bytes;
+        if (left < pb.rest_origin) continue;
+        const int64_t k = std::min(columns - 1, (left - pb.rest_origin) / pb.rest_width);
+        row[j] = std::min(row[j], o.cost + next[k]);
+      }
+    }
+  }
+}
+
+// The suffix program (budget.h), from the last block back. Each option
+// extends the following front: states whose room is covered by the option's
+// window all need just that window, so only the cheapest of them (the last)
+// starts its list; the lists are merged into the new front like
+// extend_front's. Returns false when a front exceeds kExactStates.
+bool suffix_fronts(const BudgetProblem& pb, int64_t budget, double cost_cap,
+                   std::vector<std::vector<SuffixState>>& fronts) {
+  const auto n = static_cast<int32_t>(pb.blocks.size());
+  fronts.assign(n + 1, {});
+  if (pb.outside_all_kept > budget) return true;
+  fronts[n].push_back({pb.outside_all_kept, 0.0, -1, -1});
+  // Blocks 0..b-1 keep at least least_prefix[b] bytes, so a choice for
+  // blocks b.. needing more room than budget - least_prefix[b] never fits.
+  std::vector<int64_t> least_prefix(n + 1, 0);
+  for (int32_t b = 0; b < n; ++b) {
+    int64_t least = kNoLimit;
+    for (const BlockOption& o : pb.options[pb.block_class[b]]) least = std::min(least, o.kept_bytes);
+    least_prefix[b + 1] = least_prefix[b] + least;
+  }
+  // A state must cost less than this (the cap, up to rounding).
+  const double too_dear = cost_cap == kNoCostCap
+                              ? kNoCostCap
+                              : std::nextafter(cost_cap + 1e-9 * std::max(1.0, std::abs(cost_cap)),
+                                               kNoCostCap);
+  struct Cursor {
+    int64_t room;
+    double cost;
+    int32_t option, state;
+  };
+  auto later = [](const Cursor& x, const Cursor& y) {
+    return x.room != y.room ? x.room > y.room : x.cost > y.cost;
+  };
+  for (int32_t b = n - 1; b >= 0; --b) {
+    const auto& next = fronts[b + 1];
+    if (next.empty()) return true;
+    const int64_t room_limit = budget - least_prefix[b];
+    const auto& opts = pb.options[pb.block_class[b]];
+    auto at = [&](int32_t o, int32_t s) {
+      return Cursor{std::max(window_peak(pb, b, opts[o]), opts[o].kept_bytes + next[s].room),
+                    opts[o].cost + next[s].cost, o, s};
+    };
+    std::vector<Cursor> heap;
+    for (int32_t o : undominated_at(pb, b)) {
+      const int64_t covered = window_peak(pb, b, opts[o]) - opts[o].kept_bytes;
+      const auto first = std::upper_bound(next.begin(), next.end(), covered,
+                                          [](int64_t x, const SuffixState& st) {
+                                            return x < st.room;
+                                          }) - next.begin();
+      heap.push_back(at(o, static_cast<int32_t>(std::max<int64_t>(first - 1, 0))));
+    }
+    std::make_heap(heap.begin(), heap.end(), later);
+    auto& layer = fronts[b];
+    const auto size = static_cast<int32_t>(next.size());
+    while (!heap.empty()) {
+      std::pop_heap(heap.begin(), heap.end(), later);
+      const Cursor c = heap.back();
+      heap.pop_back();
+      if (c.room > room_limit) break;  // and so is every state still to come
+      const double bar = layer.empty() ? too_dear : std::min(too_dear, layer.back().cost);
+      const bool dominated = c.cost >= bar;
+      // After a dominated (or too dear) state, skip the following ones that
+      // are too (costs fall along `next`: a binary search).
+      int32_t following = c.state + 1;
+      if (dominated) {
+        const double beat = bar - opts[c.option].cost;
+        following = static_cast<int32_t>(
+            std::partition_point(next.begin() + following, next.end(),
+                                 [beat](const SuffixState& st) { return st.cost >= beat; }) -
+            next.begin());
+      }
+      if (following < size) {
+        heap.push_back(at(c.option, following));
+        std::push_heap(heap.begin(), heap.end(), later);
+      }
+      if (dominated) continue;
+      layer.push_back({c.room, c.cost, c.state, c.option});
+    }
+    if (layer.size() > kExactStates) return false;
+  }
+  return true;
+}
+
+// The least cost within `budget` read off the suffix program's front, and
+// among plans of that cost (up to rounding) the lowest peak.
+BudgetChoice lookup(const BudgetProblem& pb,
+                    const std::vector<std::vector<SuffixState>>& fronts, int64_t budget) {
+  BudgetChoice choice;
+  const auto& front = fronts[0];
+  if (pb.outside_none_kept > budget || front.empty()) return choice;
+  auto i = std::upper_bound(front.begin(), front.end(), budget,
+                            [](int64_t x, const SuffixState& st) { return x < st.room; }) -
+           front.begin() - 1;
+  if (i < 0) return choice;
+  while (i > 0 && cost_leq(front[i - 1].cost, front[i].cost)) --i;
+  const auto n = static_cast<int32_t>(pb.blocks.size());
+  choice.option.assign(n, 0);
+  for (int32_t b = 0, s = static_cast<int32_t>(i); b < n; ++b) {
+    choice.option[b] = fronts[b][s].option;
+    s = fronts[b][s].next;
+  }
+  choice.feasible = true;
+  choice.cost = cost_of(pb, choice.option);
+  choice.peak = peak_of(pb, choice.option);
+  choice.lower_bound = choice.cost;
+  return choice;
 }
 
 }  // namespace
@@ -331,25 +494,7 @@ BudgetProblem make_budget_problem(const Program& program, const Schedule& refere
   pb.outside_all_kept = all_kept == std::numeric_limits<int64_t>::min() ? 0 : all_kept - prefix;
   pb.outside_none_kept = none_kept;
 
-  // The relaxed knapsack behind rest_lower_bound: Σ floor(K / width) <=
-  // floor(room / width) holds for every plan that fits, so its least cost is
-  // a lower bound.
-  const int64_t most = most_kept(pb);
-  pb.rest_width = std::max<int64_t>(1, most / kRestBuckets);
-  const int64_t columns = most / pb.rest_width + 1;
-  pb.rest_cost.assign(n + 1, std::vector<double>(columns, 0.0));
-  for (int32_t b = n - 1; b >= 0; --b) {
-    const auto& next = pb.rest_cost[b + 1];
-    auto& row = pb.rest_cost[b];
-    for (int64_t j = 0; j < columns; ++j) {
-      double best = std::numeric_limits<double>::infinity();
-      for (const BlockOption& o : pb.options[pb.block_class[b]]) {
-        const int64_t used = o.kept_bytes / pb.rest_width;
-        if (used <= j) best = std::min(best, o.cost + next[j - used]);
-      }
-      row[j] = best;
-    }
-  }
+  fill_rest_cost(pb);
   return pb;
 }
 
@@ -389,6 +534,18 @@ int64_t min_peak(const BudgetProblem& pb) {
 }
 
 BudgetChoice solve_budget(const BudgetProblem& pb, int64_t budget) {
+  // A quick plan that fits caps the cost; then the suffix program, exact,
+  // unless its fronts grow too large.
+  if (pb.search == BudgetProblem::Search::kSuffixFirst) {
+    const BudgetChoice coarse =
+        least_cost(pb, budget, Rounding::kThinned, std::max<int64_t>(1, most_kept(pb) / kBuckets),
+                   nullptr);
+    if (!coarse.feasible && !fits(pb, budget)) return coarse;
+    std::vector<std::vector<SuffixState>> fronts;
+    if (suffix_fronts(pb, budget, coarse.feasible ? coarse.cost : kNoCostCap, fronts)) {
+      return lookup(pb, fronts, budget);
+    }
+  }
   BudgetChoice best = bounded_least_cost(pb, budget);
   if (!best.feasible) return best;
   const double lower_bound = best.lower_bound;

@@ -11,11 +11,16 @@
 // reference plan (keep everything needed), passed in as a table, so this
 // library depends on neither the planner nor the runtime.
 //
-// The solver is a dynamic program over blocks in order whose state is
-// (P_b, cost so far), pruned to its Pareto front: a state with no more kept
-// bytes and no more cost is at least as good for every later block. It is
-// exhaustive over the per-block choices, so the plan it returns is optimal
-// for the decision space and cost model; its lower bound equals its cost.
+// The room a choice of blocks b.. needs above P_b is
+//   r_b = max(window_peak_b(o_b), kept_b(o_b) + r_{b+1}),  r_n = outside_all,
+// and the peak is max(outside_none, r_0). So the solver is a dynamic program
+// from the last block back whose state is (r_b, cost), pruned to its Pareto
+// front: a choice needing no more room at no more cost is at least as good
+// whatever comes before. It is exhaustive over the per-block choices, so
+// every point of the final front is optimal for the decision space and
+// cost model, for every budget at once. When a front grows too large, a
+// per-budget program over blocks in order (state (P_b, cost so far)),
+// pruned by bounds, takes over and certifies its answer or prints the gap.
 #pragma once
 
 #include <cstdint>
@@ -34,6 +39,15 @@ struct StepLevels {
   int64_t peak = 0;
 };
 
+// One state of the suffix program: a choice for blocks b.. that needs
+// `room` bytes under the budget above P_b, at `cost`.
+struct SuffixState {
+  int64_t room;
+  double cost;
+  int32_t next;    // its state in the following block's front (-1: none)
+  int32_t option;  // block b's option
+};
+
 struct BudgetProblem {
   const Program* program = nullptr;
   std::vector<BlockShape> blocks;
@@ -44,9 +58,20 @@ struct BudgetProblem {
   int64_t outside_all_kept = 0;   // outside blocks while every block holds its keep-set (less it)
   int64_t outside_none_kept = 0;  // outside blocks before the first forward / after the last backward
   size_t enumerated = 0;          // choices kept per class after pruning, summed
-  // rest_cost[b][j]: a lower bound on the cost blocks b.. need when they may
-  // keep at most j * rest_width bytes (window peaks ignored; kept bytes
-  // rounded down). The solver drops states that cannot beat a known plan.
+  // rest_cost[b][j]: a lower bound on the cost of blocks b.. when the room
+  // left under the budget (budget - P_b) is in bucket j, i.e. in
+  // [rest_origin + j * rest_width, rest_origin + (j + 1) * rest_width). It
+  // is the exact suffix program (window peaks and the output layer
+  // included) with the room rounded up to its bucket's top, so it never
+  // overestimates. It does not depend on the budget: one table serves every
+  // solve. The solver drops states that cannot fit or cannot beat a known
+  // plan.
+  // Which program solve_budget uses: the suffix program (exact for every
+  // budget, unless its fronts grow past the state limit) or only the
+  // per-budget forward search, its fallback (tests hold both to brute force).
+  enum class Search { kSuffixFirst, kForwardOnly };
+  Search search = Search::kSuffixFirst;
+  int64_t rest_origin = 0;
   int64_t rest_width = 1;
   std::vector<std::vector<double>> rest_cost;
 };
