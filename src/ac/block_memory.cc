@@ -251,7 +251,7 @@ BlockShape describe_block(const Program& program, int32_t block, double scale,
   for (int32_t i = 0; i < s.n_values; ++i) {
     const ValueId v = s.first_value + i;
     const Node& producer = program.nodes[program.values[v].producer];
-    s.bytes[i] = booked(numel(program.values[v].shape) * 4, scale);
+    s.bytes[i] = booked(program.values[v].bytes(), scale);
     s.boundary[i] = read_outside[v] || v == program.loss;
     s.forced[i] = s.boundary[i] || op_info(producer.kind).outputs_always_kept;
     s.pinned[i] = s.forced[i] || (!decidable.empty() && !decidable[v]);
@@ -273,11 +273,11 @@ BlockShape describe_block(const Program& program, int32_t block, double scale,
   std::vector<bool> seen(n_values, false);
   for (int32_t n = s.first; n <= s.last; ++n) {
     const Node& node = program.nodes[n];
-    s.workspace_bytes[n - s.first] = booked(backward_workspace_floats(node) * 4, scale);
+    s.workspace_bytes[n - s.first] = booked(backward_workspace_bytes(node), scale);
     for (ValueId v : node.inputs) {
       if (is_own(s, v) || seen[v]) continue;
       seen[v] = true;
-      const int64_t bytes = booked(numel(program.values[v].shape) * 4, scale);
+      const int64_t bytes = booked(program.values[v].bytes(), scale);
       if (last_consumer[v] <= s.last) s.foreign_grad_bytes[last_consumer[v] - s.first] += bytes;
       const int32_t reader = first_saved_reader[v];
       if (reader < 0) {

@@ -27,7 +27,7 @@ Plan make_pytorch_knapsack_plan(const Program& program, double fraction) {
   for (size_t v = 0; v < program.values.size(); ++v) {
     const Node& producer = program.nodes[program.values[v].producer];
     if (producer.block < 0 || !all.keep[v] || none_kept.keep[v]) continue;
-    const int64_t bytes = numel(program.values[v].shape) * 4;
+    const int64_t bytes = program.values[v].bytes();
     items.push_back({static_cast<ValueId>(v), bytes, static_cast<double>(forward_flops(producer))});
     total += bytes;
   }

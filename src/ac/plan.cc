@@ -73,7 +73,7 @@ Plan complete_plan(const Program& program, const std::vector<bool>& keep_wanted)
 int64_t Plan::kept_bytes(const Program& program) const {
   int64_t bytes = 0;
   for (size_t v = 0; v < keep.size(); ++v) {
-    if (keep[v]) bytes += numel(program.values[v].shape) * 4;
+    if (keep[v]) bytes += program.values[v].bytes();
   }
   return bytes;
 }

@@ -39,7 +39,7 @@ std::string format_matmul_table(const Program& program, const Plan& plan, bool w
     // output only feeds a residual add) is not stored: the plan says so.
     if (d.keep && !plan.keep[node.outputs[0]]) decision += " [not needed: not stored]";
     Row row{generalize_layer_index(node.fqn), shape, decision, forward_flops(node),
-            a.m * a.n * 4, 1};
+            program.values[node.outputs[0]].bytes(), 1};
     const std::string key = row.fqn + "|" + row.shape + "|" + row.decision;
     auto it = index.find(key);
     if (it == index.end()) {

@@ -25,41 +25,56 @@ int64_t MemorySnapshot::total() const {
   return sum;
 }
 
-Allocator::~Allocator() {
+HostStorage::~HostStorage() {
   for (auto& [size, pointer] : cache_) std::free(pointer);
+}
+
+void* HostStorage::allocate(int64_t bytes) {
+  const size_t rounded = (static_cast<size_t>(bytes) + 63) / 64 * 64;
+  if (auto it = cache_.find(rounded); it != cache_.end()) {
+    void* pointer = it->second;
+    cache_.erase(it);
+    cached_bytes_ -= static_cast<int64_t>(rounded);
+    return pointer;
+  }
+  void* pointer = std::aligned_alloc(64, rounded);
+  if (pointer == nullptr) throw std::bad_alloc();
+  return pointer;
+}
+
+void HostStorage::release(void* pointer, int64_t bytes) {
+  const size_t rounded = (static_cast<size_t>(bytes) + 63) / 64 * 64;
+  cache_.emplace(rounded, pointer);
+  cached_bytes_ += static_cast<int64_t>(rounded);
+}
+
+Allocator::Allocator(bool counting_only)
+    : storage_(counting_only ? nullptr : std::make_unique<HostStorage>()) {}
+
+Allocator::Allocator(std::unique_ptr<Storage> storage) : storage_(std::move(storage)) {
+  if (storage_ == nullptr) throw std::logic_error("Allocator: null storage");
+}
+
+int64_t Allocator::reserved() const {
+  return current_.total() + (storage_ ? storage_->cached_bytes() : 0);
 }
 
 int64_t Allocator::booked(int64_t bytes, MemoryCategory category) const {
   const double scale = scale_[static_cast<int>(category)];
-  if (!counting_only_ || scale == 1.0) return bytes;
+  if (!counting_only() || scale == 1.0) return bytes;
   return static_cast<int64_t>(std::ceil(static_cast<double>(bytes) * scale));
 }
 
 void* Allocator::allocate(int64_t bytes, MemoryCategory category) {
   if (bytes < 0) throw std::logic_error("negative allocation");
-  void* pointer = nullptr;
-  if (!counting_only_ && bytes > 0) {
-    const size_t rounded = (static_cast<size_t>(bytes) + 63) / 64 * 64;
-    if (auto it = cache_.find(rounded); it != cache_.end()) {
-      pointer = it->second;
-      cache_.erase(it);
-      cached_bytes_ -= static_cast<int64_t>(rounded);
-    } else {
-      pointer = std::aligned_alloc(64, rounded);
-      if (pointer == nullptr) throw std::bad_alloc();
-    }
-  }
+  void* pointer = storage_ && bytes > 0 ? storage_->allocate(bytes) : nullptr;
   current_.bytes[static_cast<int>(category)] += booked(bytes, category);
   update_peak();
   return pointer;
 }
 
 void Allocator::release(void* pointer, int64_t bytes, MemoryCategory category) {
-  if (pointer != nullptr) {
-    const size_t rounded = (static_cast<size_t>(bytes) + 63) / 64 * 64;
-    cache_.emplace(rounded, pointer);
-    cached_bytes_ += static_cast<int64_t>(rounded);
-  }
+  if (pointer != nullptr) storage_->release(pointer, bytes);
   current_.bytes[static_cast<int>(category)] -= booked(bytes, category);
 }
 
@@ -75,14 +90,14 @@ void Allocator::update_peak() {
   }
   if (current_.total() > peak_.total()) {
     peak_ = current_;
-    peak_label_ = label_ ? *label_ : std::string();
+    peak_label_ = label_;
   }
 }
 
 void Allocator::reset_peak() {
   peak_ = current_;
   category_peaks_ = current_;
-  peak_label_ = label_ ? *label_ : std::string();
+  peak_label_ = label_;
 }
 
 }  // namespace remat

@@ -1,6 +1,5 @@
 #include "core/tensor.h"
 
-#include <cstring>
 #include <stdexcept>
 
 namespace remat {
@@ -25,10 +24,19 @@ std::string to_string(const Shape& shape) {
   return s + "]";
 }
 
-Tensor::Tensor(Allocator& allocator, Shape shape, MemoryCategory category)
-    : allocator_(&allocator), shape_(std::move(shape)), category_(category) {
+const char* to_string(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return "f32";
+    case DType::kI32: return "i32";
+    case DType::kBF16: return "bf16";
+  }
+  return "?";
+}
+
+Tensor::Tensor(Allocator& allocator, Shape shape, MemoryCategory category, DType dtype)
+    : allocator_(&allocator), shape_(std::move(shape)), dtype_(dtype), category_(category) {
   numel_ = remat::numel(shape_);
-  data_ = static_cast<float*>(allocator.allocate(numel_ * 4, category));
+  data_ = allocator.allocate(bytes(), category);
 }
 
 Tensor& Tensor::operator=(Tensor&& other) noexcept {
@@ -38,21 +46,18 @@ Tensor& Tensor::operator=(Tensor&& other) noexcept {
     data_ = std::exchange(other.data_, nullptr);
     shape_ = std::move(other.shape_);
     numel_ = std::exchange(other.numel_, 0);
+    dtype_ = other.dtype_;
     category_ = other.category_;
   }
   return *this;
 }
 
 void Tensor::reset() {
-  if (allocator_) allocator_->release(data_, numel_ * 4, category_);
+  if (allocator_) allocator_->release(data_, bytes(), category_);
   allocator_ = nullptr;
   data_ = nullptr;
   numel_ = 0;
   shape_.clear();
-}
-
-void Tensor::zero() {
-  if (data_) std::memset(data_, 0, static_cast<size_t>(numel_) * 4);
 }
 
 void Tensor::recategorize(MemoryCategory category) {

@@ -1,5 +1,7 @@
-// An owning, move-only fp32 (or int32) buffer with a shape, whose bytes are
-// accounted by an Allocator under one MemoryCategory.
+// An owning, move-only buffer with a shape and a dtype, whose bytes are
+// accounted by an Allocator under one MemoryCategory. A Tensor only owns its
+// bytes: reading or writing them is a backend's business (runtime/backend.h),
+// since they may live where the host cannot address them.
 #pragma once
 
 #include <cstdint>
@@ -7,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/memory.h"
 
 namespace remat {
@@ -18,7 +21,8 @@ std::string to_string(const Shape& shape);
 class Tensor {
  public:
   Tensor() = default;
-  Tensor(Allocator& allocator, Shape shape, MemoryCategory category);
+  Tensor(Allocator& allocator, Shape shape, MemoryCategory category,
+         DType dtype = DType::kF32);
   ~Tensor() { reset(); }
   Tensor(Tensor&& other) noexcept { *this = std::move(other); }
   Tensor& operator=(Tensor&& other) noexcept;
@@ -26,23 +30,28 @@ class Tensor {
   Tensor& operator=(const Tensor&) = delete;
 
   void reset();  // frees the buffer (and its accounting)
-  void zero();
   // Moves this buffer's accounting to another category (no copy).
   void recategorize(MemoryCategory category);
 
   bool defined() const { return allocator_ != nullptr; }
-  float* data() { return data_; }
-  const float* data() const { return data_; }
+  // The buffer (nullptr when empty or counting-only), as the kernels of the
+  // backend that supplied the storage take it; f32 tensors only for data().
+  float* data() { return static_cast<float*>(data_); }
+  const float* data() const { return static_cast<const float*>(data_); }
+  void* raw() { return data_; }
+  const void* raw() const { return data_; }
   const Shape& shape() const { return shape_; }
   int64_t numel() const { return numel_; }
-  int64_t bytes() const { return numel_ * 4; }
+  DType dtype() const { return dtype_; }
+  int64_t bytes() const { return bytes_of(numel_, dtype_); }
   MemoryCategory category() const { return category_; }
 
  private:
   Allocator* allocator_ = nullptr;
-  float* data_ = nullptr;
+  void* data_ = nullptr;
   Shape shape_;
   int64_t numel_ = 0;
+  DType dtype_ = DType::kF32;
   MemoryCategory category_ = MemoryCategory::kTemporaries;
 };
 

@@ -4,20 +4,6 @@
 
 namespace remat {
 
-namespace {
-const char* output_suffix(OpKind kind, size_t index) {
-  if (index == 0) return ":out";
-  switch (kind) {
-    case OpKind::kRmsNorm: return ":rstd";
-    case OpKind::kAttention:
-    case OpKind::kCrossEntropy: return ":lse";
-    case OpKind::kMoeRoute: return ":indices";
-    case OpKind::kMoeDispatch: return index == 1 ? ":offsets" : ":perm";
-    default: return ":out1";
-  }
-}
-}  // namespace
-
 ProgramBuilder::ProgramBuilder(int64_t batch, int64_t seq) {
   program_.batch = batch;
   program_.seq = seq;
@@ -36,16 +22,20 @@ ParamId ProgramBuilder::buffer(const std::string& fqn, Shape shape) {
 ValueId ProgramBuilder::add_node(OpKind kind, const std::string& fqn,
                                  std::vector<ValueId> inputs, std::vector<ParamId> params,
                                  const OpAttrs& attrs) {
-  if (static_cast<int>(inputs.size()) != op_info(kind).num_inputs) {
+  const OpInfo& info = op_info(kind);
+  if (static_cast<int>(inputs.size()) != info.num_inputs) {
     throw std::logic_error("wrong number of inputs for " + fqn);
   }
   Node node{kind, fqn, std::move(inputs), {}, std::move(params), block_, attrs};
   const auto node_index = static_cast<int32_t>(program_.nodes.size());
   std::vector<Shape> shapes = infer_output_shapes(node);
+  if (static_cast<int>(shapes.size()) != info.num_outputs) {
+    throw std::logic_error("op table: wrong number of output shapes for " + fqn);
+  }
   for (size_t i = 0; i < shapes.size(); ++i) {
     node.outputs.push_back(static_cast<ValueId>(program_.values.size()));
     program_.values.push_back(
-        Value{fqn + output_suffix(kind, i), std::move(shapes[i]), node_index});
+        Value{fqn + info.output_suffixes[i], std::move(shapes[i]), node_index});
   }
   if (block_ >= program_.n_blocks) program_.n_blocks = block_ + 1;
   program_.nodes.push_back(std::move(node));

@@ -1,65 +1,15 @@
 #include "graph/op.h"
 
 #include <initializer_list>
+#include <iterator>
 #include <stdexcept>
 
 #include "graph/program.h"
 
 namespace remat {
 
-const OpInfo& op_info(OpKind kind) {
-  //                                 name  class  in out  saved_in saved_out in-place
-  static const OpInfo kEmbedding{"embedding", OpClass::kOther, 0, 1, 0b0, 0b0, false};
-  static const OpInfo kRmsNorm{"rmsnorm", OpClass::kOther, 1, 2, 0b1, 0b10, false};
-  static const OpInfo kLinear{"linear", OpClass::kMatmul, 1, 1, 0b1, 0b0, false};
-  static const OpInfo kRope{"rope", OpClass::kOther, 1, 1, 0b0, 0b0, false};
-  static const OpInfo kAttention{"attention", OpClass::kAttentionCore, 3, 2, 0b111, 0b11, false};
-  static const OpInfo kSiluMul{"silu_mul", OpClass::kOther, 2, 1, 0b11, 0b0, false};
-  static const OpInfo kAdd{"add", OpClass::kOther, 2, 1, 0b0, 0b0, false};
-  static const OpInfo kCrossEntropy{"cross_entropy", OpClass::kOther, 1, 2, 0b1, 0b10, true};
-  static const OpInfo kMoeRoute{"moe_route", OpClass::kOther, 1, 2, 0b1, 0b10, false, true};
-  static const OpInfo kMoeDispatch{"moe_dispatch", OpClass::kOther, 3, 3, 0b011, 0b100, false};
-  static const OpInfo kGroupedLinear{"grouped_linear", OpClass::kMatmul, 2, 1, 0b11, 0b0, false};
-  static const OpInfo kMoeCombine{"moe_combine", OpClass::kOther, 2, 1, 0b10, 0b0, false};
-  switch (kind) {
-    case OpKind::kMoeRoute: return kMoeRoute;
-    case OpKind::kMoeDispatch: return kMoeDispatch;
-    case OpKind::kGroupedLinear: return kGroupedLinear;
-    case OpKind::kMoeCombine: return kMoeCombine;
-    case OpKind::kEmbedding: return kEmbedding;
-    case OpKind::kRmsNorm: return kRmsNorm;
-    case OpKind::kLinear: return kLinear;
-    case OpKind::kRope: return kRope;
-    case OpKind::kAttention: return kAttention;
-    case OpKind::kSiluMul: return kSiluMul;
-    case OpKind::kAdd: return kAdd;
-    case OpKind::kCrossEntropy: return kCrossEntropy;
-  }
-  throw std::logic_error("unknown op kind");
-}
-
-std::vector<Shape> infer_output_shapes(const Node& node) {
-  const OpAttrs& a = node.attrs;
-  switch (node.kind) {
-    case OpKind::kEmbedding: return {{a.rows, a.dim}};
-    case OpKind::kRmsNorm: return {{a.rows, a.dim}, {a.rows}};
-    case OpKind::kLinear: return {{a.m, a.n}};
-    case OpKind::kRope: return {{a.batch, a.seq, a.heads, a.head_dim}};
-    case OpKind::kAttention:
-      return {{a.batch, a.seq, a.heads, a.head_dim}, {a.batch, a.heads, a.seq}};
-    case OpKind::kSiluMul:
-    case OpKind::kAdd: return {{a.rows, a.dim}};
-    case OpKind::kCrossEntropy: return {{1}, {a.rows}};
-    case OpKind::kMoeRoute: return {{a.rows, a.top_k}, {a.rows, a.top_k}};
-    case OpKind::kMoeDispatch:
-      return {{a.rows * a.top_k, a.dim}, {a.experts + 1}, {a.rows * a.top_k}};
-    case OpKind::kGroupedLinear: return {{a.m, a.n}};
-    case OpKind::kMoeCombine: return {{a.rows, a.dim}};
-  }
-  throw std::logic_error("unknown op kind");
-}
-
 namespace {
+
 // The product of the factors; models/limits.h keeps it far below 2^63, so
 // an overflow here is a bug, reported instead of wrapping.
 int64_t product(std::initializer_list<int64_t> factors) {
@@ -69,28 +19,132 @@ int64_t product(std::initializer_list<int64_t> factors) {
   return p;
 }
 
-int64_t attention_core_flops(const OpAttrs& a) {
-  // QK^T and PV, each 2 * s * s * d per head and batch row.
-  return product({4, a.batch, a.heads, a.seq, a.seq, a.head_dim});
+int64_t no_flops(const OpAttrs&) { return 0; }
+int64_t no_workspace(const OpAttrs&) { return 0; }
+int64_t matmul_flops(const OpAttrs& a) { return product({2, a.m, a.k, a.n}); }
+std::vector<Shape> rows_by_dim(const OpAttrs& a) { return {{a.rows, a.dim}}; }
+std::vector<Shape> m_by_n(const OpAttrs& a) { return {{a.m, a.n}}; }
+
+// Indexed by OpKind: each row names its kind, checked at compile time.
+constexpr OpInfo kOpTable[] = {
+    {.kind = OpKind::kEmbedding, .name = "embedding", .op_class = OpClass::kOther,
+     .num_inputs = 0, .num_outputs = 1, .saved_inputs = 0b0, .saved_outputs = 0b0,
+     .grad_in_place_of_input0 = false, .outputs_always_kept = false,
+     .output_suffixes = {":out"}, .output_shapes = rows_by_dim, .flops = no_flops,
+     .workspace_bytes = no_workspace},
+    {.kind = OpKind::kRmsNorm, .name = "rmsnorm", .op_class = OpClass::kOther,
+     .num_inputs = 1, .num_outputs = 2, .saved_inputs = 0b1, .saved_outputs = 0b10,
+     .grad_in_place_of_input0 = false, .outputs_always_kept = false,
+     .output_suffixes = {":out", ":rstd"},
+     .output_shapes = [](const OpAttrs& a) -> std::vector<Shape> {
+       return {{a.rows, a.dim}, {a.rows}};
+     },
+     .flops = no_flops, .workspace_bytes = no_workspace},
+    {.kind = OpKind::kLinear, .name = "linear", .op_class = OpClass::kMatmul,
+     .num_inputs = 1, .num_outputs = 1, .saved_inputs = 0b1, .saved_outputs = 0b0,
+     .grad_in_place_of_input0 = false, .outputs_always_kept = false,
+     .output_suffixes = {":out"}, .output_shapes = m_by_n, .flops = matmul_flops,
+     .workspace_bytes = no_workspace},
+    {.kind = OpKind::kRope, .name = "rope", .op_class = OpClass::kOther,
+     .num_inputs = 1, .num_outputs = 1, .saved_inputs = 0b0, .saved_outputs = 0b0,
+     .grad_in_place_of_input0 = false, .outputs_always_kept = false,
+     .output_suffixes = {":out"},
+     .output_shapes = [](const OpAttrs& a) -> std::vector<Shape> {
+       return {{a.batch, a.seq, a.heads, a.head_dim}};
+     },
+     .flops = no_flops, .workspace_bytes = no_workspace},
+    {.kind = OpKind::kAttention, .name = "attention", .op_class = OpClass::kAttentionCore,
+     .num_inputs = 3, .num_outputs = 2, .saved_inputs = 0b111, .saved_outputs = 0b11,
+     .grad_in_place_of_input0 = false, .outputs_always_kept = false,
+     .output_suffixes = {":out", ":lse"},
+     .output_shapes = [](const OpAttrs& a) -> std::vector<Shape> {
+       return {{a.batch, a.seq, a.heads, a.head_dim}, {a.batch, a.heads, a.seq}};
+     },
+     // QK^T and PV, each 2 * s * s * d per head and batch row.
+     .flops =
+         [](const OpAttrs& a) {
+           return product({4, a.batch, a.heads, a.seq, a.seq, a.head_dim});
+         },
+     // One f32 per (batch, head, query).
+     .workspace_bytes =
+         [](const OpAttrs& a) { return bytes_of(a.batch * a.heads * a.seq, DType::kF32); }},
+    {.kind = OpKind::kSiluMul, .name = "silu_mul", .op_class = OpClass::kOther,
+     .num_inputs = 2, .num_outputs = 1, .saved_inputs = 0b11, .saved_outputs = 0b0,
+     .grad_in_place_of_input0 = false, .outputs_always_kept = false,
+     .output_suffixes = {":out"}, .output_shapes = rows_by_dim, .flops = no_flops,
+     .workspace_bytes = no_workspace},
+    {.kind = OpKind::kAdd, .name = "add", .op_class = OpClass::kOther,
+     .num_inputs = 2, .num_outputs = 1, .saved_inputs = 0b0, .saved_outputs = 0b0,
+     .grad_in_place_of_input0 = false, .outputs_always_kept = false,
+     .output_suffixes = {":out"}, .output_shapes = rows_by_dim, .flops = no_flops,
+     .workspace_bytes = no_workspace},
+    {.kind = OpKind::kCrossEntropy, .name = "cross_entropy", .op_class = OpClass::kOther,
+     .num_inputs = 1, .num_outputs = 2, .saved_inputs = 0b1, .saved_outputs = 0b10,
+     .grad_in_place_of_input0 = true, .outputs_always_kept = false,
+     .output_suffixes = {":out", ":lse"},
+     .output_shapes = [](const OpAttrs& a) -> std::vector<Shape> { return {{1}, {a.rows}}; },
+     .flops = no_flops, .workspace_bytes = no_workspace},
+    {.kind = OpKind::kMoeRoute, .name = "moe_route", .op_class = OpClass::kOther,
+     .num_inputs = 1, .num_outputs = 2, .saved_inputs = 0b1, .saved_outputs = 0b10,
+     .grad_in_place_of_input0 = false, .outputs_always_kept = true,
+     .output_suffixes = {":out", ":indices"},
+     .output_shapes = [](const OpAttrs& a) -> std::vector<Shape> {
+       return {{a.rows, a.top_k}, {a.rows, a.top_k}};
+     },
+     .flops = no_flops, .workspace_bytes = no_workspace},
+    {.kind = OpKind::kMoeDispatch, .name = "moe_dispatch", .op_class = OpClass::kOther,
+     .num_inputs = 3, .num_outputs = 3, .saved_inputs = 0b011, .saved_outputs = 0b100,
+     .grad_in_place_of_input0 = false, .outputs_always_kept = false,
+     .output_suffixes = {":out", ":offsets", ":perm"},
+     .output_shapes = [](const OpAttrs& a) -> std::vector<Shape> {
+       return {{a.rows * a.top_k, a.dim}, {a.experts + 1}, {a.rows * a.top_k}};
+     },
+     .flops = no_flops, .workspace_bytes = no_workspace},
+    {.kind = OpKind::kGroupedLinear, .name = "grouped_linear", .op_class = OpClass::kMatmul,
+     .num_inputs = 2, .num_outputs = 1, .saved_inputs = 0b11, .saved_outputs = 0b0,
+     .grad_in_place_of_input0 = false, .outputs_always_kept = false,
+     .output_suffixes = {":out"}, .output_shapes = m_by_n, .flops = matmul_flops,
+     .workspace_bytes = no_workspace},
+    {.kind = OpKind::kMoeCombine, .name = "moe_combine", .op_class = OpClass::kOther,
+     .num_inputs = 2, .num_outputs = 1, .saved_inputs = 0b10, .saved_outputs = 0b0,
+     .grad_in_place_of_input0 = false, .outputs_always_kept = false,
+     .output_suffixes = {":out"}, .output_shapes = rows_by_dim, .flops = no_flops,
+     .workspace_bytes = no_workspace},
+};
+
+constexpr bool table_in_enum_order() {
+  if (std::size(kOpTable) != static_cast<size_t>(kNumOpKinds)) return false;
+  for (int i = 0; i < kNumOpKinds; ++i) {
+    const OpInfo& row = kOpTable[i];
+    if (static_cast<int>(row.kind) != i || row.num_outputs < 1 ||
+        row.num_outputs > kMaxOpOutputs || row.output_shapes == nullptr ||
+        row.flops == nullptr || row.workspace_bytes == nullptr)
+      return false;
+    for (int o = 0; o < row.num_outputs; ++o)
+      if (row.output_suffixes[o] == nullptr) return false;
+  }
+  return true;
 }
+static_assert(table_in_enum_order(), "kOpTable: one complete row per OpKind, in enum order");
+
 }  // namespace
 
-int64_t forward_flops(const Node& node) {
-  switch (node.kind) {
-    case OpKind::kLinear:
-    case OpKind::kGroupedLinear: return product({2, node.attrs.m, node.attrs.k, node.attrs.n});
-    case OpKind::kAttention: return attention_core_flops(node.attrs);
-    default: return 0;
-  }
+const OpInfo& op_info(OpKind kind) {
+  const int index = static_cast<int>(kind);
+  if (index < 0 || index >= kNumOpKinds) throw std::logic_error("unknown op kind");
+  return kOpTable[index];
 }
+
+std::vector<Shape> infer_output_shapes(const Node& node) {
+  return op_info(node.kind).output_shapes(node.attrs);
+}
+
+int64_t forward_flops(const Node& node) { return op_info(node.kind).flops(node.attrs); }
 
 int64_t backward_flops(const Node& node) { return 2 * forward_flops(node); }
 
-int64_t backward_workspace_floats(const Node& node) {
-  if (node.kind == OpKind::kAttention) {
-    return node.attrs.batch * node.attrs.heads * node.attrs.seq;
-  }
-  return 0;
+int64_t backward_workspace_bytes(const Node& node) {
+  return op_info(node.kind).workspace_bytes(node.attrs);
 }
 
 }  // namespace remat

@@ -1,8 +1,30 @@
 // Op kinds and what the rest of the engine may know about each, without
 // running it: output shapes, FLOPs, which tensors its backward reads, and
 // the class the AC policy reasons about (the policy never names an op).
+//
+// How to add an op (op.cc's static check and the completeness test,
+// tests/runtime/op_table_test.cc, fail until every step is done):
+//  1. Add its kind to OpKind (before kNumKinds) and its row to the table in
+//     op.cc, in enum order: name, class, inputs, outputs, the saved-values
+//     masks, output names, output shapes, FLOPs and backward workspace.
+//  2. Write its kernels (src/kernels/cpu, declared in kernels.h) and register
+//     a forward and a backward for it in the CPU backend's op table
+//     (src/runtime/cpu_ops.cc), which unpack OpAttrs and OpBuffers.
+//  3. Add its builder call (graph/builder.h), which sets the attrs.
+//  4. Add its finite-difference case to fd_cases() in
+//     tests/runtime/op_table_test.cc.
+//
+// The order in which a backward reads its saved values: OpBuffers::inputs of
+// a backward call holds the saved values only, first the saved inputs in
+// input order, then the saved outputs in output order (saved_values() in
+// ac/plan.h builds that list from saved_inputs / saved_outputs). E.g.
+// attention saves inputs 0b111 and outputs 0b11, so its backward reads
+// [q, k, v, out, lse]; rmsnorm saves input 0 and output 1, so it reads
+// [x, rstd]. The gradient of output 0 is OpBuffers::grad_output; other
+// outputs get no gradient.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -25,7 +47,10 @@ enum class OpKind {
   kMoeDispatch,   // x[T, D], scores, indices -> rows[T*k, D], offsets[E+1], perm[T*k]
   kGroupedLinear, // rows[N, K], offsets[E+1] -> out[N, n]           params: w[E, K, n]
   kMoeCombine,    // rows[T*k, D], perm[T*k] -> y[T, D]
+  kNumKinds,      // not an op: the number of kinds
 };
+constexpr int kNumOpKinds = static_cast<int>(OpKind::kNumKinds);
+constexpr int kMaxOpOutputs = 3;
 
 // What the AC policy reasons about.
 enum class OpClass {
@@ -48,7 +73,9 @@ struct OpAttrs {
   bool sigmoid = false;                        // MoE route: score function
 };
 
+// One row of the op table.
 struct OpInfo {
+  OpKind kind;
   const char* name;
   OpClass op_class;
   int num_inputs;
@@ -62,7 +89,17 @@ struct OpInfo {
   // The op's outputs are decisions that must never be re-made: every plan
   // keeps them (when anything reads them), whatever the policy wished, so a
   // recompute never re-runs the op (MoE routing survives recompute).
-  bool outputs_always_kept = false;
+  bool outputs_always_kept;
+  // Value name suffix of each output (e.g. ":out", ":rstd").
+  std::array<const char*, kMaxOpOutputs> output_suffixes;
+  std::vector<Shape> (*output_shapes)(const OpAttrs&);
+  // Model FLOPs of the forward: matrix multiplications only (projections and
+  // the attention core), the convention MFU uses; pointwise ops count 0.
+  // Attention counts the full (non-causal) score matrix, as torchtitan's
+  // 12*L*H*D*S term does. The backward counts twice the forward.
+  int64_t (*flops)(const OpAttrs&);
+  // Scratch the backward kernel needs, in bytes (accounted as temporaries).
+  int64_t (*workspace_bytes)(const OpAttrs&);
 };
 
 const OpInfo& op_info(OpKind kind);
@@ -70,12 +107,8 @@ const OpInfo& op_info(OpKind kind);
 struct Node;
 // Output shapes for a node whose attrs are set.
 std::vector<Shape> infer_output_shapes(const Node& node);
-// Model FLOPs: matrix multiplications only (projections and the attention
-// core), the convention MFU uses; pointwise ops count 0. Attention counts the
-// full (non-causal) score matrix, as torchtitan's 12*L*H*D*S term does.
 int64_t forward_flops(const Node& node);
 int64_t backward_flops(const Node& node);
-// Scratch the backward kernel needs, in floats (accounted as temporaries).
-int64_t backward_workspace_floats(const Node& node);
+int64_t backward_workspace_bytes(const Node& node);
 
 }  // namespace remat

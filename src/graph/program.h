@@ -27,6 +27,8 @@ struct Value {
   std::string name;   // e.g. "layers.3.attention.wq:out"
   Shape shape;
   int32_t producer = -1;
+  DType dtype = DType::kF32;
+  int64_t bytes() const { return bytes_of(numel(shape), dtype); }
 };
 
 // How a parameter starts (torchtitan's initialisation, spec.md §3).
@@ -42,6 +44,7 @@ struct Param {
   Shape shape;
   ParamInit init;
   bool trainable = true;   // false for buffers updated outside the optimizer
+  DType dtype = DType::kF32;
 };
 
 struct Node {

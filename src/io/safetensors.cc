@@ -13,6 +13,7 @@
 #include <system_error>
 
 #include "core/checksum.h"
+#include "core/dtype.h"
 #include "core/error.h"
 #include "io/files.h"
 
@@ -91,7 +92,7 @@ void save_safetensors(const std::string& path, const std::vector<SafetensorsEntr
     if (n < 0) throw std::invalid_argument("save_safetensors: shape of '" + t.name + "' overflows");
     if (n > 0 && t.data == nullptr)
       throw std::invalid_argument("save_safetensors: null data for '" + t.name + "'");
-    const uint64_t bytes = static_cast<uint64_t>(n) * 4;
+    const uint64_t bytes = static_cast<uint64_t>(bytes_of(n, DType::kF32));
     header[t.name] = {
         {"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
     all_metadata[kChecksumPrefix + t.name] = crc32c_hex(crc32c(t.data, bytes));
@@ -193,11 +194,11 @@ SafetensorsReader SafetensorsReader::open(const std::string& path) {
     if (end > data_size)
       fail(path, where + "data_offsets " + offsets.dump() + " lie outside the file (" +
                      std::to_string(data_size) + " data bytes after the header)");
-    const int64_t n = checked_numel(info.shape, data_size / 4 + 1);
-    if (n < 0 || static_cast<uint64_t>(n) * 4 != end - begin)
+    const int64_t n = checked_numel(info.shape, data_size / dtype_size(DType::kF32) + 1);
+    if (n < 0 || static_cast<uint64_t>(bytes_of(n, DType::kF32)) != end - begin)
       fail(path, where + "data_offsets " + offsets.dump() + " span " + std::to_string(end - begin) +
                      " bytes, but shape " + shape_string(info.shape) + " of F32 needs " +
-                     (n < 0 ? std::string("more") : std::to_string(n * 4)));
+                     (n < 0 ? std::string("more") : std::to_string(bytes_of(n, DType::kF32))));
     info.begin = data_start + begin;
     info.bytes = end - begin;
     reader.tensors_.emplace(name, std::move(info));

@@ -61,7 +61,7 @@ std::string explain_plan(const Program& program, const Plan& plan, const Planner
     Row& r = rows[{it->second, name}];
     (plan.keep[v] ? r.kept : r.rebuilt) += 1;
     r.live_at_peak += live[v];
-    r.bytes = static_cast<int64_t>(static_cast<double>(numel(program.values[v].shape) * 4) * scale);
+    r.bytes = static_cast<int64_t>(static_cast<double>(program.values[v].bytes()) * scale);
     r.cost = cost(node);
   }
   std::string out;

@@ -3,8 +3,6 @@
 #include <chrono>
 #include <stdexcept>
 
-#include "runtime/cpu_ops.h"
-
 namespace remat {
 
 Executor::Executor(const Program& program, Schedule schedule, Allocator& allocator,
@@ -13,14 +11,16 @@ Executor::Executor(const Program& program, Schedule schedule, Allocator& allocat
       schedule_(std::move(schedule)),
       allocator_(&allocator),
       state_(state),
+      backend_(*state.backend),
       values_(program.values.size()),
       grads_(program.values.size()) {}
 
 Tensor& Executor::grad_of(ValueId v) {
   Tensor& g = grads_[v];
   if (!g.defined()) {
-    g = Tensor(*allocator_, program_.values[v].shape, MemoryCategory::kTemporaries);
-    g.zero();  // backward kernels accumulate
+    const Value& value = program_.values[v];
+    g = Tensor(*allocator_, value.shape, MemoryCategory::kTemporaries, value.dtype);
+    backend_.zero(g);  // backward kernels accumulate
   }
   return g;
 }
@@ -29,10 +29,10 @@ double Executor::run(const Batch& batch) {
   counts_ = ExecutionCounts{};
   loss_ = 0;
   for (Tensor& v : values_) v.reset();  // the previous step's loss
-  allocator_->set_label(&label_);
   for (const Step& step : schedule_.steps) {
     const Node& node = program_.nodes[step.node];
     label_ = std::string(to_string(step.kind)) + " " + node.fqn;
+    allocator_->set_label(label_);
     if (observer_) observer_(step);
     const auto start = std::chrono::steady_clock::now();
     switch (step.kind) {
@@ -53,7 +53,7 @@ double Executor::run(const Batch& batch) {
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     }
   }
-  allocator_->set_label(nullptr);
+  allocator_->set_label({});
   return loss_;
 }
 
@@ -78,7 +78,8 @@ void Executor::forward(const Node& node, int32_t index, bool recompute, const Ba
     const bool kept = !recompute && schedule_.keep[out];
     const MemoryCategory category =
         kept ? MemoryCategory::kActivations : MemoryCategory::kTemporaries;
-    Tensor t(*allocator_, program_.values[out].shape, category);
+    const Value& value = program_.values[out];
+    Tensor t(*allocator_, value.shape, category, value.dtype);
     b.outputs.push_back(t.data());
     if (values_[out].defined()) {
       scratch.push_back(std::move(t));
@@ -101,7 +102,7 @@ void Executor::forward(const Node& node, int32_t index, bool recompute, const Ba
     counts_.forward_flops += flops;
   }
   if (dry_run()) return;
-  const double loss = cpu_forward(node, b);
+  const double loss = backend_.forward(node, b);
   if (node.kind == OpKind::kCrossEntropy && !recompute) loss_ = loss;
 }
 
@@ -133,8 +134,9 @@ void Executor::backward(const Node& node, const Batch& batch) {
     }
   }
   Tensor workspace;
-  if (const int64_t ws = backward_workspace_floats(node); ws > 0) {
-    workspace = Tensor(*allocator_, {ws}, MemoryCategory::kTemporaries);
+  if (const int64_t bytes = backend_.workspace_bytes(node); bytes > 0) {
+    workspace = Tensor(*allocator_, {bytes / dtype_size(DType::kF32)},
+                       MemoryCategory::kTemporaries);
     b.workspace = workspace.data();
   }
   b.tokens = batch.inputs;
@@ -142,7 +144,7 @@ void Executor::backward(const Node& node, const Batch& batch) {
   ++counts_.backward_ops;
   counts_.backward_matmuls += info.op_class == OpClass::kMatmul;
   counts_.backward_flops += backward_flops(node);
-  if (!dry_run()) cpu_backward(node, b);
+  if (!dry_run()) backend_.backward(node, b);
   // The gradient of this node's outputs has been consumed.
   for (ValueId out : node.outputs) grads_[out].reset();
 }

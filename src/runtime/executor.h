@@ -1,6 +1,7 @@
 // The executor: runs a schedule (ac/schedule.h) step by step: forward
-// kernels, recomputation, backward kernels; allocating each value when it is
-// produced and releasing it right after the step the schedule names.
+// kernels, recomputation, backward kernels, each through the model state's
+// backend; allocating each value when it is produced and releasing it right
+// after the step the schedule names.
 //
 // In dry-run mode (a counting-only allocator) no kernel runs and no memory is
 // touched: the same allocation requests are made in the same order, so the
@@ -68,6 +69,7 @@ class Executor {
   Schedule schedule_;
   Allocator* allocator_;
   ModelState& state_;
+  Backend& backend_;  // the state's: every kernel runs through it
   std::vector<Tensor> values_;
   std::vector<Tensor> grads_;
   ExecutionCounts counts_;

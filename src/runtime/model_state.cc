@@ -5,14 +5,15 @@
 
 namespace remat {
 
-ModelState::ModelState(const Program& program, Allocator& alloc, bool with_gradients)
-    : program(&program), allocator(&alloc) {
+ModelState::ModelState(const Program& program, Allocator& alloc, bool with_gradients,
+                       Backend& backend)
+    : program(&program), allocator(&alloc), backend(&backend) {
   for (const Param& p : program.params) {
-    params.emplace_back(alloc, p.shape, MemoryCategory::kParameters);
+    params.emplace_back(alloc, p.shape, MemoryCategory::kParameters, p.dtype);
   }
   if (with_gradients) {
     for (const Param& p : program.params) {
-      grads.emplace_back(alloc, p.shape, MemoryCategory::kGradients);
+      grads.emplace_back(alloc, p.shape, MemoryCategory::kGradients, p.dtype);
     }
     zero_gradients();
   }
@@ -38,44 +39,50 @@ double standard_normal(std::mt19937_64& rng) {
   return std::sqrt(-2.0 * std::log(u1)) * std::cos(kTwoPi * u2);
 }
 
+// Draws n values of `init` from rng into host memory.
+void draw(const ParamInit& init, std::mt19937_64& rng, int64_t n, float* out) {
+  for (int64_t j = 0; j < n; ++j) {
+    double value = 0;
+    switch (init.kind) {
+      case ParamInit::Kind::kZeros: value = 0; break;
+      case ParamInit::Kind::kOnes: value = 1; break;
+      case ParamInit::Kind::kNormal: value = init.std * standard_normal(rng); break;
+      case ParamInit::Kind::kTruncatedNormal:
+        // Rejection sampling: exact truncated normal on [lower, upper].
+        do {
+          value = init.std * standard_normal(rng);
+        } while (value < init.lower || value > init.upper);
+        break;
+    }
+    out[j] = static_cast<float>(value);
+  }
+}
+
 }  // namespace
 
 void ModelState::initialize(uint64_t seed) {
   for (size_t i = 0; i < params.size(); ++i) {
     const Param& p = program->params[i];
     Tensor& t = params[i];
-    if (t.data() == nullptr) continue;  // counting-only allocator
-    std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ull ^ fnv1a(p.fqn));
-    const ParamInit& init = p.init;
-    for (int64_t j = 0; j < t.numel(); ++j) {
-      double value = 0;
-      switch (init.kind) {
-        case ParamInit::Kind::kZeros: value = 0; break;
-        case ParamInit::Kind::kOnes: value = 1; break;
-        case ParamInit::Kind::kNormal: value = init.std * standard_normal(rng); break;
-        case ParamInit::Kind::kTruncatedNormal:
-          // Rejection sampling: exact truncated normal on [lower, upper].
-          do {
-            value = init.std * standard_normal(rng);
-          } while (value < init.lower || value > init.upper);
-          break;
-      }
-      t.data()[j] = static_cast<float>(value);
-    }
+    // The initial weights are host data: drawn on the host, then handed over.
+    write_from_host(*backend, t, [&](float* host) {
+      std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ull ^ fnv1a(p.fqn));
+      draw(p.init, rng, t.numel(), host);
+    });
   }
 }
 
 void ModelState::zero_gradients() {
-  for (Tensor& g : grads) g.zero();
+  for (Tensor& g : grads) backend->zero(g);
 }
 
 void ModelState::ensure_optimizer_state() {
   if (!exp_avg.empty()) return;
   for (const Tensor& p : params) {
-    exp_avg.emplace_back(*allocator, p.shape(), MemoryCategory::kOptimizerState);
-    exp_avg.back().zero();
-    exp_avg_sq.emplace_back(*allocator, p.shape(), MemoryCategory::kOptimizerState);
-    exp_avg_sq.back().zero();
+    exp_avg.emplace_back(*allocator, p.shape(), MemoryCategory::kOptimizerState, p.dtype());
+    backend->zero(exp_avg.back());
+    exp_avg_sq.emplace_back(*allocator, p.shape(), MemoryCategory::kOptimizerState, p.dtype());
+    backend->zero(exp_avg_sq.back());
   }
 }
 

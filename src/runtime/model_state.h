@@ -1,5 +1,7 @@
 // The training state of a model: parameters, their gradients and the
-// optimizer's moments, each accounted under its own memory category.
+// optimizer's moments, each accounted under its own memory category, and the
+// backend their bytes belong to (allocated from its storage: the allocator
+// must wrap storage the backend made, see runtime/backend.h).
 #pragma once
 
 #include <cstdint>
@@ -7,11 +9,13 @@
 
 #include "core/tensor.h"
 #include "graph/program.h"
+#include "runtime/backend.h"
 
 namespace remat {
 
 struct ModelState {
-  ModelState(const Program& program, Allocator& allocator, bool with_gradients);
+  ModelState(const Program& program, Allocator& allocator, bool with_gradients,
+             Backend& backend = cpu_backend());
 
   // torchtitan's initialisation (spec.md §3), deterministic in `seed`: every
   // parameter draws from its own stream, seeded from `seed` and its FQN, so
@@ -23,6 +27,7 @@ struct ModelState {
 
   const Program* program;
   Allocator* allocator;
+  Backend* backend;
   std::vector<Tensor> params;
   std::vector<Tensor> grads;       // empty without gradients
   std::vector<Tensor> exp_avg;     // AdamW first moment

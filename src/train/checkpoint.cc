@@ -17,15 +17,20 @@ const char* kExpAvgSq = "optimizer.exp_avg_sq.";
 
 void save_checkpoint(const std::string& path, const ModelState& state, int64_t step,
                      bool with_optimizer, const std::map<std::string, std::string>& run) {
+  // The file is host data: every tensor is read through a host view (its own
+  // bytes on the CPU), all alive until the file is written.
   std::vector<SafetensorsEntry> entries;
+  std::vector<HostView> views;
+  auto add = [&](const std::string& name, const Shape& shape, const Tensor& t) {
+    views.emplace_back(*state.backend, t);
+    entries.push_back({name, shape, views.back().data()});
+  };
   const auto& params = state.program->params;
-  for (size_t i = 0; i < params.size(); ++i) {
-    entries.push_back({params[i].fqn, params[i].shape, state.params[i].data()});
-  }
+  for (size_t i = 0; i < params.size(); ++i) add(params[i].fqn, params[i].shape, state.params[i]);
   if (with_optimizer && !state.exp_avg.empty()) {
     for (size_t i = 0; i < params.size(); ++i) {
-      entries.push_back({kExpAvg + params[i].fqn, params[i].shape, state.exp_avg[i].data()});
-      entries.push_back({kExpAvgSq + params[i].fqn, params[i].shape, state.exp_avg_sq[i].data()});
+      add(kExpAvg + params[i].fqn, params[i].shape, state.exp_avg[i]);
+      add(kExpAvgSq + params[i].fqn, params[i].shape, state.exp_avg_sq[i]);
     }
   }
   // A checkpoint is the state to go back to: it must never hold NaN or inf.
@@ -54,6 +59,12 @@ int64_t metadata_integer(const SafetensorsReader& reader, const std::string& key
     throw InputError("checkpoint error: '" + reader.path() + "' has " + key + " metadata \"" +
                      text + "\", expected a non-negative decimal integer");
   return value;
+}
+
+// The file is host data: read into the tensor's bytes through the backend.
+void read_tensor(const SafetensorsReader& reader, const std::string& name, const Shape& shape,
+                 Tensor& t, Backend& backend) {
+  write_from_host(backend, t, [&](float* host) { reader.read(name, shape, host); });
 }
 
 }  // namespace
@@ -93,13 +104,15 @@ int64_t load_checkpoint(const std::string& path, ModelState& state, bool with_op
       throw InputError("checkpoint error: '" + path + "' has no tensor '" + params[i].fqn +
                        "' (expected the weights of this model: check model.flavor and sizes)");
     }
-    reader.read(params[i].fqn, params[i].shape, state.params[i].data());
+    read_tensor(reader, params[i].fqn, params[i].shape, state.params[i], *state.backend);
   }
   if (with_optimizer && reader.has(kExpAvg + params[0].fqn)) {
     state.ensure_optimizer_state();
     for (size_t i = 0; i < params.size(); ++i) {
-      reader.read(kExpAvg + params[i].fqn, params[i].shape, state.exp_avg[i].data());
-      reader.read(kExpAvgSq + params[i].fqn, params[i].shape, state.exp_avg_sq[i].data());
+      read_tensor(reader, kExpAvg + params[i].fqn, params[i].shape, state.exp_avg[i],
+                  *state.backend);
+      read_tensor(reader, kExpAvgSq + params[i].fqn, params[i].shape, state.exp_avg_sq[i],
+                  *state.backend);
     }
   }
   const int64_t step = checkpoint_step(reader);

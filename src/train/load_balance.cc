@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <vector>
 
 namespace remat {
 
@@ -24,11 +23,14 @@ int for_each_router(const Program& program, Body body) {
 MoeLoad moe_load(const ModelState& state) {
   MoeLoad load;
   for_each_router(*state.program, [&](ParamId, ParamId counts_id) {
-    const Tensor& counts = state.params[counts_id];
+    // Metrics are host data: the counts are read through a host view.
+    const Tensor& tensor = state.params[counts_id];
+    const HostView counts(*state.backend, tensor);
+    if (counts.data() == nullptr) return;  // counting-only
     double total = 0, lo = 0, hi = 0;
-    for (int64_t e = 0; e < counts.numel(); ++e) total += counts.data()[e];
+    for (int64_t e = 0; e < tensor.numel(); ++e) total += counts.data()[e];
     if (total <= 0) return;
-    for (int64_t e = 0; e < counts.numel(); ++e) {
+    for (int64_t e = 0; e < tensor.numel(); ++e) {
       const double share = counts.data()[e] / total;
       lo = e == 0 ? share : std::min(lo, share);
       hi = e == 0 ? share : std::max(hi, share);
@@ -50,25 +52,9 @@ std::string format_moe_load(const MoeLoad& load) {
 
 int update_expert_bias(ModelState& state, float coeff) {
   return for_each_router(*state.program, [&](ParamId bias_id, ParamId counts_id) {
-    float* bias = state.params[bias_id].data();
-    float* counts = state.params[counts_id].data();
-    const int64_t n = state.params[counts_id].numel();
-    if (bias == nullptr || n == 0) return;
-    float sum = 0;
-    for (int64_t e = 0; e < n; ++e) sum += counts[e];
-    const float mean = sum / static_cast<float>(n);
-    std::vector<float> delta(n);
-    float delta_sum = 0;
-    for (int64_t e = 0; e < n; ++e) {
-      const float diff = mean - counts[e];
-      delta[e] = coeff * static_cast<float>((diff > 0) - (diff < 0));
-      delta_sum += delta[e];
-    }
-    const float delta_mean = delta_sum / static_cast<float>(n);
-    for (int64_t e = 0; e < n; ++e) {
-      bias[e] += delta[e] - delta_mean;
-      counts[e] = 0;
-    }
+    Tensor& bias = state.params[bias_id];
+    if (bias.raw() == nullptr) return;  // counting-only
+    state.backend->update_expert_bias(bias, state.params[counts_id], coeff);
   });
 }
 

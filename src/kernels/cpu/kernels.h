@@ -85,6 +85,9 @@ void moe_combine_forward(const float* rows, const float* perm, int64_t tokens, i
                          int64_t top_k, float* y);
 void moe_combine_backward(const float* dy, const float* perm, int64_t tokens, int64_t dim,
                           int64_t top_k, float* drows);
+// Auxiliary-loss-free load balancing: delta = coeff * sign(mean(counts) -
+// counts), centred to zero mean; expert_bias += delta; counts = 0.
+void update_expert_bias(float* expert_bias, float* counts, int64_t experts, float coeff);
 
 // --- RoPE, torchtitan's pair layout: for position p (= index within seq) and
 // pair i of a head, (x[2i], x[2i+1]) is rotated by angle p * theta^(-2i/head_dim).

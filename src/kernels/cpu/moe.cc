@@ -178,4 +178,24 @@ void moe_combine_backward(const float* dy, const float* perm, int64_t tokens, in
   }
 }
 
+// torchtitan's auxiliary-loss-free update, in fp32 and in expert order.
+void update_expert_bias(float* expert_bias, float* counts, int64_t experts, float coeff) {
+  if (experts == 0) return;
+  float sum = 0;
+  for (int64_t e = 0; e < experts; ++e) sum += counts[e];
+  const float mean = sum / static_cast<float>(experts);
+  std::vector<float> delta(experts);
+  float delta_sum = 0;
+  for (int64_t e = 0; e < experts; ++e) {
+    const float diff = mean - counts[e];
+    delta[e] = coeff * static_cast<float>((diff > 0) - (diff < 0));
+    delta_sum += delta[e];
+  }
+  const float delta_mean = delta_sum / static_cast<float>(experts);
+  for (int64_t e = 0; e < experts; ++e) {
+    expert_bias[e] += delta[e] - delta_mean;
+    counts[e] = 0;
+  }
+}
+
 }  // namespace remat::cpu

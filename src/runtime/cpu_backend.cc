@@ -1,0 +1,61 @@
+// The CPU backend: host memory (HostStorage) and the kernels of
+// src/kernels/cpu, reached through the op table of cpu_ops.cc.
+#include <cstring>
+#include <stdexcept>
+
+#include "kernels/cpu/kernels.h"
+#include "runtime/backend.h"
+#include "runtime/cpu_ops.h"
+
+namespace remat {
+
+namespace {
+
+class CpuBackend final : public Backend {
+ public:
+  const char* name() const override { return "cpu"; }
+  std::unique_ptr<Storage> make_storage() override { return std::make_unique<HostStorage>(); }
+  bool host_addressable() const override { return true; }
+
+  void zero(Tensor& t) override {
+    if (t.raw()) std::memset(t.raw(), 0, static_cast<size_t>(t.bytes()));
+  }
+  void copy(const Tensor& src, Tensor& dst) override {
+    if (src.bytes() != dst.bytes() || src.dtype() != dst.dtype())
+      throw std::logic_error("cpu copy: tensors differ in size or dtype");
+    if (src.raw()) std::memcpy(dst.raw(), src.raw(), static_cast<size_t>(src.bytes()));
+  }
+  void copy_to_host(const Tensor& src, void* dst) override {
+    if (src.raw()) std::memcpy(dst, src.raw(), static_cast<size_t>(src.bytes()));
+  }
+  void copy_from_host(const void* src, Tensor& dst) override {
+    if (dst.raw()) std::memcpy(dst.raw(), src, static_cast<size_t>(dst.bytes()));
+  }
+
+  double forward(const Node& node, const OpBuffers& buffers) override {
+    return cpu_forward(node, buffers);
+  }
+  void backward(const Node& node, const OpBuffers& buffers) override {
+    cpu_backward(node, buffers);
+  }
+
+  double sum_squares(const Tensor& t) override { return cpu::sum_squares(t.data(), t.numel()); }
+  void scale(Tensor& t, float factor) override { cpu::scale_inplace(t.data(), t.numel(), factor); }
+  void adamw_update(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
+                    const AdamWStep& s) override {
+    cpu::adamw_update(param.data(), grad.data(), exp_avg.data(), exp_avg_sq.data(),
+                      param.numel(), s.lr, s.beta1, s.beta2, s.eps, s.weight_decay, s.step);
+  }
+  void update_expert_bias(Tensor& expert_bias, Tensor& counts, float coeff) override {
+    cpu::update_expert_bias(expert_bias.data(), counts.data(), counts.numel(), coeff);
+  }
+};
+
+}  // namespace
+
+Backend& cpu_backend() {
+  static CpuBackend backend;
+  return backend;
+}
+
+}  // namespace remat
