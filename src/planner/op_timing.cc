@@ -129,13 +129,12 @@ std::map<std::string, double> calibrate(const JobConfig& config, const Program& 
     // and AdamW (the update itself is tiny: lr 0).
     const auto start = std::chrono::steady_clock::now();
     double norm = 0;
+    Backend& backend = *state.backend;
     for (size_t i = 0; i < state.params.size(); ++i) {
       if (!small.params[i].trainable) continue;
-      const Tensor& g = state.grads[i];
-      for (int64_t k = 0; k < g.numel(); ++k) norm += static_cast<double>(g.data()[k]) * g.data()[k];
-      cpu::adamw_update(state.params[i].data(), g.data(), state.exp_avg[i].data(),
-                        state.exp_avg_sq[i].data(), state.params[i].numel(), 0.0f, 0.9f, 0.95f,
-                        1e-8f, 0.0f, pass + 1);
+      norm += backend.sum_squares(state.grads[i]);
+      backend.adamw_update(state.params[i], state.grads[i], state.exp_avg[i], state.exp_avg_sq[i],
+                           AdamWStep{0.0f, 0.9f, 0.95f, 1e-8f, 0.0f, pass + 1});
     }
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
