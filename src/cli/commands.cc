@@ -11,6 +11,7 @@
 #include "io/config.h"
 #include "planner/pareto_output.h"
 #include "planner/plan_command.h"
+#include "train/evaluate.h"
 #include "train/trainer.h"
 
 namespace remat {
