@@ -290,7 +290,7 @@ Trainer::Trainer(const JobConfig& config, const Setup& setup, Session& session,
 
 int Trainer::train() {
   StopSignals stop;
-  window_ = MetricsWindow{};
+  window_ = MetricsWindow{};  // the first window starts with the first step
   int64_t step = start_step_;
   bool diverged = false;
   while (step < config_.training.steps && !stop.received() && !diverged) {
