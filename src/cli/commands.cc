@@ -11,11 +11,27 @@
 #include "io/config.h"
 #include "planner/pareto_output.h"
 #include "planner/plan_command.h"
+#include "train/evaluate.h"
 #include "train/trainer.h"
 
 namespace remat {
 
 namespace {
+
+// plan's flags; --pareto's path is checked before the config is read.
+PlanCommandOptions plan_options(const CommandLine& c) {
+  PlanCommandOptions options;
+  options.json = c.json;
+  options.matmuls = c.matmuls;
+  options.torchtitan = c.torchtitan;
+  options.explain = c.explain;
+  options.maximize_throughput = c.extra.count("maximize") > 0;
+  if (auto it = c.extra.find("pareto"); it != c.extra.end()) {
+    options.pareto_path = it->second;
+    check_pareto_path(options.pareto_path);
+  }
+  return options;
+}
 
 int dispatch(int argc, char** argv) {
   std::vector<std::string> args;
@@ -25,25 +41,12 @@ int dispatch(int argc, char** argv) {
     std::fputs(kUsage, stdout);
     return 0;
   }
-  if (c.command == "train" || c.command == "eval") {
-    JobConfig config = load_job_config(c.config_path, c.overrides);
-    return c.command == "train" ? run_train(config) : run_eval(config);
-  }
-  if (c.command == "plan") {
-    PlanCommandOptions options;
-    options.json = c.json;
-    options.matmuls = c.matmuls;
-    options.torchtitan = c.torchtitan;
-    options.explain = c.explain;
-    options.maximize_throughput = c.extra.count("maximize") > 0;
-    if (auto it = c.extra.find("pareto"); it != c.extra.end()) {
-      options.pareto_path = it->second;
-      check_pareto_path(options.pareto_path);
-    }
-    return run_plan(load_job_config(c.config_path, c.overrides), options);
-  }
+  const PlanCommandOptions plan = c.command == "plan" ? plan_options(c) : PlanCommandOptions{};
+  const JobConfig config = load_job_config(c.config_path, c.overrides);
+  if (c.command == "train") return run_train(config);
+  if (c.command == "eval") return run_eval(config);
+  if (c.command == "plan") return run_plan(config, plan);
   // grads (parse_command_line accepts no other command)
-  JobConfig config = load_job_config(c.config_path, c.overrides);
   return run_dump_gradients(config, c.extra.at("tokens"), c.extra.at("out"));
 }
 

@@ -6,7 +6,6 @@
 #include <set>
 #include <algorithm>
 
-#include "ac/knapsack.h"
 #include "ac/report.h"
 #include "core/error.h"
 #include "models/registry.h"
@@ -180,26 +179,5 @@ AcOptions resolve_auto_threshold(const Program& program, AcOptions options,
   }
   return options;
 }
-
-Plan plan_for_config(const JobConfig& config, const Program& program,
-                     const PlannerOptions& planner) {
-  std::string why;
-  const AcOptions options =
-      resolve_auto_threshold(program, ac_options_from_config(config), planner, &why);
-  if (!why.empty()) {
-    Plan plan = make_plan(program, options);
-    plan.description += "; " + why;
-    return plan;
-  }
-  if (options.mode == AcOptions::Mode::kMemoryBudget &&
-      config.activation_checkpoint.budget_solver == "pytorch_knapsack") {
-    return make_pytorch_knapsack_plan(program, std::strtod(options.memory_budget.c_str(), nullptr));
-  }
-  if (options.mode == AcOptions::Mode::kMemoryBudget || options.mode == AcOptions::Mode::kAuto) {
-    return make_budget_plan(options, config, program, planner).plan;
-  }
-  return make_plan(program, options);
-}
-
 
 }  // namespace remat

@@ -54,10 +54,6 @@ BudgetPlan make_budget_plan(const AcOptions& options, const JobConfig& config,
 AcOptions resolve_auto_threshold(const Program& program, AcOptions options,
                                  const PlannerOptions& planner, std::string* why);
 
-// The plan any mode runs (budget modes solved here, the others by make_plan).
-Plan plan_for_config(const JobConfig& config, const Program& program,
-                     const PlannerOptions& planner);
-
 // The trade-off between peak and recompute, for `remat plan --pareto`.
 
 }  // namespace remat

@@ -173,19 +173,17 @@ int run_plan(JobConfig config, const PlanCommandOptions& options) {
   if (options.maximize_throughput) {
     return run_maximize_throughput(config, planner_options_from_config(config), options.json);
   }
-  BuiltModel model = build_model(config.model, t.local_batch_size, t.seq_len);
   const PlannerOptions planner = planner_options_from_config(config);
-  std::string auto_why;
-  const AcOptions configured =
-      resolve_auto_threshold(model.program, ac_options_from_config(config), planner, &auto_why);
+  const Setup setup = make_setup(config, t.local_batch_size, Pass::kTraining, planner);
+  const BuiltModel& model = setup.model;
+  const AcOptions& configured = setup.ac.options;
+  const std::string& auto_why = setup.ac.auto_why;
 
   const bool budget_mode = (configured.mode == AcOptions::Mode::kMemoryBudget ||
                             configured.mode == AcOptions::Mode::kAuto) &&
                            config.activation_checkpoint.budget_solver == "remat";
-  BudgetPlan budget;
-  if (budget_mode) budget = make_budget_plan(configured, config, model.program, planner);
-  const Plan configured_plan =
-      budget_mode ? budget.plan : plan_for_config(config, model.program, planner);
+  const BudgetPlan budget = budget_mode ? *setup.ac.budget : BudgetPlan{};
+  const Plan& configured_plan = setup.ac.plan;
   Prediction chosen = predict(model.program, configured_plan, planner);
   chosen.name = budget_mode ? describe(configured) : "configured";
   if (configured.mode == AcOptions::Mode::kMemoryBudget && !budget_mode) chosen.name = "knapsack";
@@ -296,15 +294,15 @@ int run_plan(JobConfig config, const PlanCommandOptions& options) {
   return 0;
 }
 
-void check_run_fits(const JobConfig& config) {
+void check_run_fits(const JobConfig& config, const Setup& setup) {
   const auto& t = config.training;
   const int64_t available = config.memory.limit.empty()
                                 ? physical_memory_bytes()
                                 : static_cast<int64_t>(parse_memory_size(config.memory.limit));
   PlannerOptions cpu;  // the CPU engine: fp32, one rank
-  BuiltModel model = build_model(config.model, t.local_batch_size, t.seq_len);
+  const BuiltModel& model = setup.model;
   const AcOptions configured = ac_options_from_config(config);
-  const Prediction p = predict(model.program, plan_for_config(config, model.program, cpu), cpu);
+  const Prediction p = predict(model.program, setup.ac.plan, cpu);
   if (p.peak_bytes <= available) return;
 
   std::string advice;

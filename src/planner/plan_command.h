@@ -6,6 +6,7 @@
 
 #include "io/config.h"
 #include "planner/planner.h"
+#include "planner/setup.h"
 
 namespace remat {
 
@@ -24,8 +25,9 @@ PlannerOptions planner_options_from_config(const JobConfig& config);
 int run_plan(JobConfig config, const PlanCommandOptions& options);
 
 // Before a training run allocates anything: InputError (exit 2) if the
-// predicted peak does not fit in memory.limit (or physical RAM), naming an AC
-// mode or a batch size that would fit.
-void check_run_fits(const JobConfig& config);
+// predicted peak of `setup` (a training setup for the CPU engine) does not
+// fit in memory.limit (or physical RAM), naming an AC mode or a batch size
+// that would fit.
+void check_run_fits(const JobConfig& config, const Setup& setup);
 
 }  // namespace remat

@@ -1,22 +1,16 @@
-// The commands that run a model: train, eval, and the gradient dump the
-// PyTorch oracle test compares against. Each is assembled from separate
-// pieces (model, plan, executor, optimizer, schedule, data, metrics,
-// checkpoint), torchtitan-style. Bad input throws InputError before any
-// output file is touched.
+// `remat train`: one training run, assembled torchtitan-style from separate
+// pieces (setup: model and AC plan; session: state and executor; data;
+// learning-rate schedule; optimizer; metrics; checkpoints). Bad input throws
+// InputError before anything is allocated or any output file is touched.
 #pragma once
-
-#include <string>
 
 #include "io/config.h"
 
 namespace remat {
 
+// Trains (or, with checkpoint.create_seed_checkpoint, writes the step-0
+// checkpoint); returns the exit status: 0, 1 when a step's loss or gradient
+// norm is not finite, 128 + the signal when stopped by SIGINT or SIGTERM.
 int run_train(const JobConfig& config);
-int run_eval(const JobConfig& config);
-// One forward and backward pass on the first batch*(seq+1) tokens of
-// `tokens_path` cut into rows of seq+1 (as the oracle does); prints the loss
-// and writes every parameter's gradient to `out_path`.
-int run_dump_gradients(const JobConfig& config, const std::string& tokens_path,
-                       const std::string& out_path);
 
 }  // namespace remat

@@ -1,0 +1,51 @@
+// The one path every command takes from a job config to what it runs or
+// predicts (train, eval, grads, plan): the model's program at a batch size,
+// then the activation-checkpointing plan that program runs with. Nothing is
+// allocated; the state and the executor come after (train/session.h).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "io/config.h"
+#include "models/registry.h"
+#include "planner/budget_plan.h"
+#include "planner/planner.h"
+
+namespace remat {
+
+// How the configured plan was chosen; `remat plan` reports each part.
+struct AcChoice {
+  AcOptions options;     // as configured, a threshold "auto" resolved
+  std::string auto_why;  // what threshold "auto" chose and why; empty otherwise
+  // Modes memory_budget (remat solver) and auto: the solver's answer.
+  std::optional<BudgetPlan> budget;
+  Plan plan;  // the plan the run executes
+};
+
+// The configured plan of a training step: budget modes solved here, the
+// others by make_plan. InputError for a budget that no plan fits.
+AcChoice choose_ac_plan(const JobConfig& config, const Program& program,
+                        const PlannerOptions& planner);
+
+enum class Pass {
+  kTraining,     // forward and backward under the configured plan
+  kForwardOnly,  // evaluation: the inference plan, nothing kept for a backward
+};
+
+struct Setup {
+  BuiltModel model;
+  Pass pass;
+  AcChoice ac;  // kForwardOnly: only `plan` is set
+
+  const Program& program() const { return model.program; }
+};
+
+// InputError for a model the config does not describe, or a plan that cannot
+// be made. `planner` is the set-up the plan is solved for (the CPU engine's
+// by default; `remat plan` passes the configured devices).
+Setup make_setup(const JobConfig& config, int64_t batch, Pass pass,
+                 const PlannerOptions& planner = PlannerOptions{});
+
+}  // namespace remat
