@@ -33,7 +33,6 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 KNOWN_LONG = {
     "src/ac/block_memory.cc:run",
     "src/ac/block_memory.cc:describe_block",
-    "src/ac/budget.cc:make_budget_problem",
     "src/io/config.cc:check_toml_lexically_safe",
     "src/io/config.cc:validate",
     "src/io/npy.cc:read_npy_tokens",
