@@ -70,10 +70,20 @@ struct Simulator {
   BlockOption run(const std::vector<bool>& recompute) {
     BlockOption o;
     o.recompute = recompute;
+    choose_kept(recompute, o);
+    o.forward_peak = forward_window_peak();
+    o.backward_peak = backward_window_peak(recompute);
+    return o;
+  }
+
+  bool producer_in(const std::vector<bool>& recompute, int32_t i) const {
+    return recompute[program.values[s.first_value + i].producer - s.first];
+  }
+
+  // Which own values stay from forward to backward (`keep`), and the cost.
+  void choose_kept(const std::vector<bool>& recompute, BlockOption& o) {
     const ValueId base = s.first_value;
     auto in_r = [&](int32_t n) { return bool(recompute[n - s.first]); };
-    auto producer_in_r = [&](int32_t i) { return in_r(program.values[base + i].producer); };
-
     needed.assign(s.n_values, false);
     for (int32_t i = 0; i < s.n_values; ++i) needed[i] = s.saved[i] || s.boundary[i];
     for (int32_t n = s.first; n <= s.last; ++n) {
@@ -85,12 +95,14 @@ struct Simulator {
     }
     keep.assign(s.n_values, false);
     for (int32_t i = 0; i < s.n_values; ++i) {
-      keep[i] = needed[i] && (s.pinned[i] || !producer_in_r(i));
+      keep[i] = needed[i] && (s.pinned[i] || !producer_in(recompute, i));
       if (keep[i] && !s.boundary[i]) o.kept_bytes += s.bytes[i];
     }
+  }
 
-    // Forward window: outputs booked as produced; what is not kept dies
-    // after its last forward reader.
+  // Forward window: outputs booked as produced; what is not kept dies after
+  // its last forward reader.
+  int64_t forward_window_peak() {
     const int32_t width = s.last - s.first + 1;
     free_bytes.assign(width, 0);
     for (int32_t i = 0; i < s.n_values; ++i) {
@@ -102,9 +114,13 @@ struct Simulator {
       peak = std::max(peak, level);
       level -= free_bytes[n - s.first];
     }
-    o.forward_peak = peak;
+    return peak;
+  }
 
-    // Backward window: rebuild in forward order, then backward in reverse.
+  // Backward window: rebuild in forward order, then backward in reverse.
+  int64_t backward_window_peak(const std::vector<bool>& recompute) {
+    const ValueId base = s.first_value;
+    auto in_r = [&](int32_t n) { return bool(recompute[n - s.first]); };
     window.clear();
     for (int32_t n = s.first; n <= s.last; ++n) {
       if (in_r(n)) window.push_back(n);
@@ -125,13 +141,12 @@ struct Simulator {
     }
     free_bytes.assign(window.size(), 0);
     for (int32_t i = 0; i < s.n_values; ++i) {
-      if (backward_last[i] >= 0 && !s.boundary[i] && (keep[i] || producer_in_r(i))) {
+      if (backward_last[i] >= 0 && !s.boundary[i] && (keep[i] || producer_in(recompute, i))) {
         free_bytes[backward_last[i]] += s.bytes[i];
       }
     }
     grad_live = s.grad_live_at_start;
-    level = 0;
-    peak = 0;
+    int64_t level = 0, peak = 0;
     for (int32_t pos = 0; pos < static_cast<int32_t>(window.size()); ++pos) {
       const int32_t n = window[pos];
       const Node& node = program.nodes[n];
@@ -161,8 +176,7 @@ struct Simulator {
       }
       level -= free_bytes[pos] + s.foreign_freed_bytes[n - s.first];
     }
-    o.backward_peak = peak;
-    return o;
+    return peak;
   }
 };
 
@@ -197,20 +211,15 @@ std::string block_signature(const Program& program, const BlockShape& s,
   return sig;
 }
 
-}  // namespace
-
-BlockShape describe_block(const Program& program, int32_t block, double scale,
-                          const std::vector<bool>& decidable) {
-  BlockShape s;
-  s.block = block;
-  s.scale = scale;
+// The block's node range and its own (contiguous) values.
+void find_block_range(const Program& program, BlockShape& s) {
   const auto n_nodes = static_cast<int32_t>(program.nodes.size());
   s.first = -1;
   for (int32_t n = 0; n < n_nodes; ++n) {
-    if (program.nodes[n].block != block) continue;
+    if (program.nodes[n].block != s.block) continue;
     if (s.first < 0) s.first = n;
     if (s.last >= 0 && s.last != n - 1) {
-      throw std::logic_error("budget solver: the nodes of block " + std::to_string(block) +
+      throw std::logic_error("budget solver: the nodes of block " + std::to_string(s.block) +
                              " are not contiguous");
     }
     s.last = n;
@@ -226,22 +235,34 @@ BlockShape describe_block(const Program& program, int32_t block, double scale,
       }
     }
   }
+}
 
-  // Who reads each value: consumers (in order) and backward readers.
+// Who reads each value of the program: its last consumer, its first
+// backward reader, and whether a node outside the block reads it.
+struct Readers {
+  std::vector<int32_t> last_consumer, first_saved_reader;
+  std::vector<bool> read_outside;
+};
+
+Readers find_readers(const Program& program, int32_t block) {
   const size_t n_values = program.values.size();
-  std::vector<int32_t> last_consumer(n_values, -1), first_saved_reader(n_values, -1);
-  std::vector<bool> read_outside(n_values, false);
-  for (int32_t n = 0; n < n_nodes; ++n) {
+  Readers r{std::vector<int32_t>(n_values, -1), std::vector<int32_t>(n_values, -1),
+            std::vector<bool>(n_values, false)};
+  for (int32_t n = 0; n < static_cast<int32_t>(program.nodes.size()); ++n) {
     const Node& node = program.nodes[n];
     for (ValueId v : node.inputs) {
-      last_consumer[v] = n;
-      if (node.block != block) read_outside[v] = true;
+      r.last_consumer[v] = n;
+      if (node.block != block) r.read_outside[v] = true;
     }
     for (ValueId v : saved_values(node)) {
-      if (first_saved_reader[v] < 0) first_saved_reader[v] = n;
+      if (r.first_saved_reader[v] < 0) r.first_saved_reader[v] = n;
     }
   }
+  return r;
+}
 
+void describe_own_values(const Program& program, const Readers& r,
+                         const std::vector<bool>& decidable, BlockShape& s) {
   s.bytes.resize(s.n_values);
   s.boundary.resize(s.n_values);
   s.forced.resize(s.n_values);
@@ -251,53 +272,65 @@ BlockShape describe_block(const Program& program, int32_t block, double scale,
   for (int32_t i = 0; i < s.n_values; ++i) {
     const ValueId v = s.first_value + i;
     const Node& producer = program.nodes[program.values[v].producer];
-    s.bytes[i] = booked(program.values[v].bytes(), scale);
-    s.boundary[i] = read_outside[v] || v == program.loss;
+    const int32_t reader = r.first_saved_reader[v];
+    s.bytes[i] = booked(program.values[v].bytes(), s.scale);
+    s.boundary[i] = r.read_outside[v] || v == program.loss;
     s.forced[i] = s.boundary[i] || op_info(producer.kind).outputs_always_kept;
     s.pinned[i] = s.forced[i] || (!decidable.empty() && !decidable[v]);
-    s.saved[i] = first_saved_reader[v] >= 0 && program.nodes[first_saved_reader[v]].block == block;
-    s.grad_live_at_start[i] = last_consumer[v] > s.last;
-    if (s.boundary[i] && first_saved_reader[v] < 0) {
+    s.saved[i] = reader >= 0 && program.nodes[reader].block == s.block;
+    s.grad_live_at_start[i] = r.last_consumer[v] > s.last;
+    if (s.boundary[i] && reader < 0) {
       throw std::logic_error("budget solver: " + program.values[v].name +
                              " crosses a block boundary but no backward reads it");
     }
   }
+}
 
-  // Values kept whatever the choice (block boundaries) whose last backward
-  // reader runs in this window die there; gradients of values produced
-  // elsewhere are booked by their first consumer in backward order.
+// Values kept whatever the choice (block boundaries) whose last backward
+// reader runs in this window die there; gradients of values produced
+// elsewhere are booked by their first consumer in backward order.
+void describe_foreign_values(const Program& program, const Readers& r, BlockShape& s) {
   const int32_t width = s.last - s.first + 1;
   s.foreign_grad_bytes.assign(width, 0);
   s.foreign_freed_bytes.assign(width, 0);
   s.workspace_bytes.assign(width, 0);
-  std::vector<bool> seen(n_values, false);
+  auto in_window = [&s](int32_t n) { return n >= s.first && n <= s.last; };
+  std::vector<bool> seen(program.values.size(), false);
   for (int32_t n = s.first; n <= s.last; ++n) {
     const Node& node = program.nodes[n];
-    s.workspace_bytes[n - s.first] = booked(backward_workspace_bytes(node), scale);
+    s.workspace_bytes[n - s.first] = booked(backward_workspace_bytes(node), s.scale);
     for (ValueId v : node.inputs) {
       if (is_own(s, v) || seen[v]) continue;
       seen[v] = true;
-      const int64_t bytes = booked(program.values[v].bytes(), scale);
-      if (last_consumer[v] <= s.last) s.foreign_grad_bytes[last_consumer[v] - s.first] += bytes;
-      const int32_t reader = first_saved_reader[v];
+      const int64_t bytes = booked(program.values[v].bytes(), s.scale);
+      if (r.last_consumer[v] <= s.last) {
+        s.foreign_grad_bytes[r.last_consumer[v] - s.first] += bytes;
+      }
+      const int32_t reader = r.first_saved_reader[v];
       if (reader < 0) {
-        throw std::logic_error("budget solver: " + program.values[v].name +
-                               " enters block " + std::to_string(block) +
-                               " but no backward reads it");
+        throw std::logic_error("budget solver: " + program.values[v].name + " enters block " +
+                               std::to_string(s.block) + " but no backward reads it");
       }
-      if (reader >= s.first && reader <= s.last) {
-        s.foreign_freed_bytes[reader - s.first] += bytes;
-      }
+      if (in_window(reader)) s.foreign_freed_bytes[reader - s.first] += bytes;
     }
   }
   for (int32_t i = 0; i < s.n_values; ++i) {
-    const ValueId v = s.first_value + i;
-    const int32_t reader = first_saved_reader[v];
-    if (s.boundary[i] && reader >= s.first && reader <= s.last) {
-      s.foreign_freed_bytes[reader - s.first] += s.bytes[i];
-    }
+    const int32_t reader = r.first_saved_reader[s.first_value + i];
+    if (s.boundary[i] && in_window(reader)) s.foreign_freed_bytes[reader - s.first] += s.bytes[i];
   }
+}
 
+}  // namespace
+
+BlockShape describe_block(const Program& program, int32_t block, double scale,
+                          const std::vector<bool>& decidable) {
+  BlockShape s;
+  s.block = block;
+  s.scale = scale;
+  find_block_range(program, s);
+  const Readers readers = find_readers(program, block);
+  describe_own_values(program, readers, decidable, s);
+  describe_foreign_values(program, readers, s);
   s.signature = block_signature(program, s, decidable);
   return s;
 }
