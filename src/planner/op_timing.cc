@@ -79,29 +79,30 @@ void write_cache(const std::string& path, const OpTimes& times) {
   out.commit();
 }
 
-// Times a training step of the first blocks of the model: every node's
-// forward and backward, and the parameter update per parameter.
-std::map<std::string, double> calibrate(const JobConfig& config, const Program& program) {
+// The model calibration times: its first two blocks (and the layers around
+// them) at the run's batch and seq_len, checked to fit in RAM.
+Program calibration_model(const JobConfig& config, const Program& program) {
   JobConfig::Model cut = config.model;
   cut.n_layers = std::min<int64_t>(2, program.n_blocks);
-  const Program small = build_model(cut, program.batch, program.seq).program;
-  const Plan plan = make_reference_plan(small);
+  Program small = build_model(cut, program.batch, program.seq).program;
   // Calibration runs before training, not beside it: it needs the RAM, not
   // the run's memory.limit.
   const int64_t available = physical_memory_bytes();
-  const int64_t need = predict(small, plan, PlannerOptions{}).peak_bytes;
+  const int64_t need = predict(small, make_reference_plan(small), PlannerOptions{}).peak_bytes;
   if (need > available) {
     throw InputError("activation_checkpoint.cost_model = \"measured\": calibrating needs " +
                      format_bytes(need) + " (two blocks at this batch and seq_len) but " +
                      format_bytes(available) + " is available; use cost_model = \"flops\"");
   }
-  cpu::set_num_threads(training_threads(config));
-  Allocator allocator;
-  ModelState state(small, allocator, /*with_gradients=*/true);
-  state.initialize(static_cast<uint64_t>(config.training.seed));
-  state.ensure_optimizer_state();
+  return small;
+}
+
+// Random tokens in the model's vocabulary (the times do not depend on them).
+void random_batch(const Program& small, std::vector<int32_t>& inputs,
+                  std::vector<int32_t>& targets) {
   const int64_t tokens = small.batch * small.seq;
-  std::vector<int32_t> inputs(tokens), targets(tokens);
+  inputs.resize(tokens);
+  targets.resize(tokens);
   std::mt19937 rng(1234);
   int64_t vocab = 2;
   for (const Param& p : small.params) {
@@ -112,59 +113,77 @@ std::map<std::string, double> calibrate(const JobConfig& config, const Program& 
     inputs[i] = token(rng);
     targets[i] = token(rng);
   }
-  Executor executor(small, make_schedule(small, plan, /*with_backward=*/true), allocator, state);
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// What the trainer does per parameter after the backward pass: the norm
+// for clipping and AdamW (the update itself is tiny: lr 0). Returns seconds.
+double time_update(const Program& small, ModelState& state, int pass) {
+  const auto start = std::chrono::steady_clock::now();
+  double norm = 0;
+  Backend& backend = *state.backend;
+  for (size_t i = 0; i < state.params.size(); ++i) {
+    if (!small.params[i].trainable) continue;
+    norm += backend.sum_squares(state.grads[i]);
+    backend.adamw_update(state.params[i], state.grads[i], state.exp_avg[i], state.exp_avg_sq[i],
+                         AdamWStep{0.0f, 0.9f, 0.95f, 1e-8f, 0.0f, pass + 1});
+  }
+  const double seconds = seconds_since(start);
+  if (!(norm >= 0)) throw std::logic_error("calibration: non-finite gradients");
+  return seconds;
+}
+
+double median(std::vector<double> xs) {
+  std::sort(xs.begin(), xs.end());
+  const size_t m = xs.size() / 2;
+  return xs.size() % 2 ? xs[m] : 0.5 * (xs[m - 1] + xs[m]);
+}
+
+// Times training steps of the calibration model: every node's forward and
+// backward, the parameter update per parameter, and what the ops' own
+// times miss (zeroing gradients, booking buffers, timing itself), charged
+// per node. Each is the median over the timed passes, and nodes of equal
+// signature pool their samples: a prediction of a typical step, not of the
+// luckiest one.
+std::map<std::string, double> calibrate(const JobConfig& config, const Program& program) {
+  const Program small = calibration_model(config, program);
+  cpu::set_num_threads(training_threads(config));
+  Allocator allocator;
+  ModelState state(small, allocator, /*with_gradients=*/true);
+  state.initialize(static_cast<uint64_t>(config.training.seed));
+  state.ensure_optimizer_state();
+  std::vector<int32_t> inputs, targets;
+  random_batch(small, inputs, targets);
+  Executor executor(small, make_schedule(small, make_reference_plan(small), true), allocator,
+                    state);
   executor.set_profiling(true);
   const size_t n_nodes = small.nodes.size();
-  std::vector<double> forward(n_nodes, std::numeric_limits<double>::infinity());
-  std::vector<double> backward = forward;
-  double update = std::numeric_limits<double>::infinity();
-  double overhead = std::numeric_limits<double>::infinity();
+  std::map<std::string, std::vector<double>> samples;
   for (int pass = 0; pass <= kTimedPasses; ++pass) {
     const auto step_start = std::chrono::steady_clock::now();
     state.zero_gradients();
     executor.run(Batch{inputs.data(), targets.data()});
-    const double run_seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
-    // What the trainer does per parameter besides: the norm for clipping
-    // and AdamW (the update itself is tiny: lr 0).
-    const auto start = std::chrono::steady_clock::now();
-    double norm = 0;
-    Backend& backend = *state.backend;
-    for (size_t i = 0; i < state.params.size(); ++i) {
-      if (!small.params[i].trainable) continue;
-      norm += backend.sum_squares(state.grads[i]);
-      backend.adamw_update(state.params[i], state.grads[i], state.exp_avg[i], state.exp_avg_sq[i],
-                           AdamWStep{0.0f, 0.9f, 0.95f, 1e-8f, 0.0f, pass + 1});
-    }
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (!(norm >= 0)) throw std::logic_error("calibration: non-finite gradients");
+    const double run_seconds = seconds_since(step_start);
+    const double update_seconds = time_update(small, state, pass);
     if (pass == 0) continue;  // warm-up: page faults, caches
-    update = std::min(update, seconds);
     const auto& f = executor.counts().forward_seconds_by_node;
     const auto& b = executor.counts().backward_seconds_by_node;
-    // What the ops' own times miss: zeroing gradients, booking buffers,
-    // zeroing activation gradients, timing itself; charged per node.
     double ops = 0;
-    for (size_t n = 0; n < n_nodes; ++n) ops += f[n] + b[n];
-    overhead = std::min(overhead, std::max(0.0, run_seconds - ops));
     for (size_t n = 0; n < n_nodes; ++n) {
-      forward[n] = std::min(forward[n], f[n]);
-      backward[n] = std::min(backward[n], b[n]);
+      const std::string sig = op_signature(small.nodes[n]);
+      samples["forward " + sig].push_back(f[n]);
+      samples["backward " + sig].push_back(b[n]);
+      ops += f[n] + b[n];
     }
+    samples[kUpdateKey].push_back(update_seconds / static_cast<double>(small.num_parameters()));
+    samples[kOverheadKey].push_back(std::max(0.0, run_seconds - ops) /
+                                    static_cast<double>(n_nodes));
   }
   std::map<std::string, double> times;
-  auto keep_min = [&times](const std::string& key, double seconds) {
-    auto it = times.find(key);
-    times[key] = it == times.end() ? seconds : std::min(it->second, seconds);
-  };
-  for (size_t n = 0; n < n_nodes; ++n) {
-    const std::string sig = op_signature(small.nodes[n]);
-    keep_min("forward " + sig, forward[n]);
-    keep_min("backward " + sig, backward[n]);
-  }
-  times[kUpdateKey] = update / static_cast<double>(small.num_parameters());
-  times[kOverheadKey] = overhead / static_cast<double>(n_nodes);
+  for (const auto& [key, xs] : samples) times[key] = median(xs);
   return times;
 }
 

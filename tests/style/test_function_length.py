@@ -36,7 +36,6 @@ KNOWN_LONG = {
     "src/io/npy.cc:read_npy_tokens",
     "src/io/safetensors.cc:SafetensorsReader::open",
     "src/kernels/cpu/attention.cc:attention_backward",
-    "src/planner/op_timing.cc:calibrate",
     # Its repeated loops and JSON output are being rewritten (issue 10).
     "src/planner/plan_command.cc:run_plan",
 }
