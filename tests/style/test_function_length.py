@@ -35,7 +35,6 @@ KNOWN_LONG = {
     "src/io/config.cc:validate",
     "src/io/npy.cc:read_npy_tokens",
     "src/io/safetensors.cc:SafetensorsReader::open",
-    "src/kernels/cpu/attention.cc:attention_backward",
     # Its repeated loops and JSON output are being rewritten (issue 10).
     "src/planner/plan_command.cc:run_plan",
 }

@@ -257,6 +257,57 @@ void attention_forward(const float* q, const float* k, const float* v, int64_t b
   }
 }
 
+namespace {
+
+// delta = rowsum(dO * O) per [batch, head, position].
+void row_deltas(const float* dout, const float* out, int64_t batch, int64_t seq, int64_t heads,
+                int64_t D, int nt, float* delta) {
+  const int64_t q_stride = heads * D;
+#pragma omp parallel for schedule(static) \
+    num_threads(nt) if (batch * seq * heads * D >= detail::kParallelMin)
+  for (int64_t t = 0; t < batch * seq; ++t) {
+    const int64_t b = t / seq, i = t % seq;
+    for (int64_t h = 0; h < heads; ++h) {
+      const int64_t off = t * q_stride + h * D;
+      delta[(b * heads + h) * seq + i] = detail::dot(dout + off, out + off, D);
+    }
+  }
+}
+
+// Packs the keys and values of the tile starting at position k0 of the
+// sequence starting at row `row0` (k, v point at the kv head's first
+// column) and clears its gradient accumulators.
+void pack_key_tile(const float* k, const float* v, int64_t row0, int64_t k0, int64_t seq,
+                   int64_t kv_stride, int64_t D, int64_t Dp, KeyTile& kt) {
+  kt.k0 = k0;
+  kt.nk = seq - kt.k0 < kTile ? seq - kt.k0 : kTile;
+  const int64_t np = detail::round_up(kt.nk, 8);
+  const float* kb = k + (row0 + kt.k0) * kv_stride;
+  const float* vb = v + (row0 + kt.k0) * kv_stride;
+  pack_rows(kb, kv_stride, kt.nk, D, Dp, kt.ks);
+  for (int64_t j = kt.nk; j < np; ++j)
+    for (int64_t i = 0; i < Dp; ++i) kt.ks[j * Dp + i] = 0.0f;
+  pack_transposed(kb, kv_stride, kt.nk, D, Dp, np, kt.kt);
+  pack_transposed(vb, kv_stride, kt.nk, D, Dp, np, kt.vt);
+  std::memset(kt.dka, 0, sizeof(float) * np * Dp);
+  std::memset(kt.dva, 0, sizeof(float) * np * Dp);
+}
+
+// Adds a key tile's accumulated dk and dv into the gradients (dk, dv point
+// at the kv head's first column).
+void add_key_tile_grads(const KeyTile& kt, int64_t row0, int64_t kv_stride, int64_t D,
+                        int64_t Dp, float* dk, float* dv) {
+  for (int64_t j = 0; j < kt.nk; ++j) {
+    const int64_t off = (row0 + kt.k0 + j) * kv_stride;
+    for (int64_t i = 0; i < D; ++i) {
+      dk[off + i] += kt.dka[j * Dp + i];
+      dv[off + i] += kt.dva[j * Dp + i];
+    }
+  }
+}
+
+}  // namespace
+
 int64_t attention_backward_workspace_floats(int64_t batch, int64_t seq, int64_t heads) {
   return batch * heads * seq;
 }
@@ -278,16 +329,7 @@ void attention_backward(const float* dout, const float* q, const float* k, const
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
   const int nt = num_threads();
   float* delta = workspace;
-
-#pragma omp parallel for schedule(static) \
-    num_threads(nt) if (batch * seq * heads * D >= detail::kParallelMin)
-  for (int64_t t = 0; t < batch * seq; ++t) {
-    const int64_t b = t / seq, i = t % seq;
-    for (int64_t h = 0; h < heads; ++h) {
-      const int64_t off = t * q_stride + h * D;
-      delta[(b * heads + h) * seq + i] = detail::dot(dout + off, out + off, D);
-    }
-  }
+  row_deltas(dout, out, batch, seq, heads, D, nt, delta);
 
   const int64_t items = batch * kv_heads;
   const bool parallel = items > 1 && batch * heads * seq * seq * D >= (int64_t{1} << 19);
@@ -318,19 +360,8 @@ void attention_backward(const float* dout, const float* q, const float* k, const
       const int64_t kt_begin = kg * kKeyGroup;
       const int64_t kt_end = kt_begin + kKeyGroup < tiles ? kt_begin + kKeyGroup : tiles;
       for (int64_t t = kt_begin; t < kt_end; ++t) {
-        KeyTile& kt = ktiles[t - kt_begin];
-        kt.k0 = t * kTile;
-        kt.nk = seq - kt.k0 < kTile ? seq - kt.k0 : kTile;
-        const int64_t np = detail::round_up(kt.nk, 8);
-        const float* kb = k + (b * seq + kt.k0) * kv_stride + g * D;
-        const float* vb = v + (b * seq + kt.k0) * kv_stride + g * D;
-        pack_rows(kb, kv_stride, kt.nk, D, Dp, kt.ks);
-        for (int64_t j = kt.nk; j < np; ++j)
-          for (int64_t i = 0; i < Dp; ++i) kt.ks[j * Dp + i] = 0.0f;
-        pack_transposed(kb, kv_stride, kt.nk, D, Dp, np, kt.kt);
-        pack_transposed(vb, kv_stride, kt.nk, D, Dp, np, kt.vt);
-        std::memset(kt.dka, 0, sizeof(float) * np * Dp);
-        std::memset(kt.dva, 0, sizeof(float) * np * Dp);
+        pack_key_tile(k + g * D, v + g * D, b * seq, t * kTile, seq, kv_stride, D, Dp,
+                      ktiles[t - kt_begin]);
       }
 
       for (int64_t h = g * group; h < (g + 1) * group; ++h) {
@@ -357,14 +388,8 @@ void attention_backward(const float* dout, const float* q, const float* k, const
       }
 
       for (int64_t t = kt_begin; t < kt_end; ++t) {
-        const KeyTile& kt = ktiles[t - kt_begin];
-        for (int64_t j = 0; j < kt.nk; ++j) {
-          const int64_t off = (b * seq + kt.k0 + j) * kv_stride + g * D;
-          for (int64_t i = 0; i < D; ++i) {
-            dk[off + i] += kt.dka[j * Dp + i];
-            dv[off + i] += kt.dva[j * Dp + i];
-          }
-        }
+        add_key_tile_grads(ktiles[t - kt_begin], b * seq, kv_stride, D, Dp, dk + g * D,
+                           dv + g * D);
       }
     }
   }
