@@ -1,0 +1,91 @@
+"""Two builds of remat side by side: did a change slow training down?
+
+Trains the same models in the same AC modes with a "before" and an "after"
+binary, interleaved step runs over --rounds rounds (so a disturbance hits
+both alike), and reports each pair's median tokens/s and their ratio. Also
+checks that both binaries report the same loss at every step: a refactor
+must not change a bit. With --write, replaces the "before_after" section of
+BENCHMARKS.md.
+
+Usage: /usr/bin/python3 bench/before_after.py --before OLD/remat --after build/remat
+       [--label "issue 10 seams"] [--steps 6] [--rounds 3] [--write]
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import tempfile
+import time
+
+from benchmarks_file import machine, markers, replace_section
+
+AC = "--activation_checkpoint."
+MODES = {
+    "none": [AC + "mode", "none"],
+    "full": [AC + "mode", "full"],
+    "op threshold 0": [AC + "mode", "selective", AC + "selective_ac_option", "op",
+                       AC + "selective_op_ac_mm_flops_threshold", "0"],
+}
+MODELS = {
+    "llama3 debug (batch 8 x seq 256)": ["--config", "configs/llama3_debug.toml"],
+    "llama4 debug (batch 8 x seq 256)": ["--config", "configs/llama4_debug.toml"],
+}
+
+
+def train(remat, model, mode, steps, tmp):
+    metrics = os.path.join(tmp, "m.jsonl")
+    if os.path.exists(metrics):
+        os.remove(metrics)
+    subprocess.run([remat, "train", *model, *mode, "--training.steps", str(steps + 2),
+                    "--metrics.log_freq", "1", "--metrics.jsonl_path", metrics,
+                    "--job.dump_folder", tmp, "--training.threads", "2"],
+                   check=True, capture_output=True)
+    rows = [json.loads(line) for line in open(metrics)]
+    return [r["tps"] for r in rows[2:]], [r["loss"] for r in rows]
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--before", required=True)
+    parser.add_argument("--after", default="build/remat")
+    parser.add_argument("--label", default="")
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--write", action="store_true")
+    args = parser.parse_args()
+    begin, end = markers("before_after")
+    load = os.getloadavg()[0]
+    out = [begin, f"## Before and after a change{': ' + args.label if args.label else ''}", "",
+           f"Command: `/usr/bin/python3 bench/before_after.py --before {args.before} --after "
+           f"{args.after} --write` on {machine()}, {os.cpu_count()} cores, 2 threads, "
+           f"{time.strftime('%Y-%m-%d %H:%M')} UTC, 1-minute load average {load:.1f} at the "
+           f"start. Median tokens/s of {args.steps} timed steps x {args.rounds} interleaved "
+           "rounds; losses compared at every step.", "",
+           "| model | AC mode | before tokens/s | after tokens/s | after / before | losses |",
+           "|---|---|---:|---:|---:|---|"]
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, model in MODELS.items():
+            for mode_name, mode in MODES.items():
+                tps = {"before": [], "after": []}
+                losses = {}
+                for _ in range(args.rounds):
+                    for which in ("before", "after"):
+                        binary = args.before if which == "before" else args.after
+                        t, loss = train(binary, model, mode, args.steps, tmp)
+                        tps[which] += t
+                        losses[which] = loss
+                before = statistics.median(tps["before"])
+                after = statistics.median(tps["after"])
+                same = "identical" if losses["before"] == losses["after"] else "DIFFER"
+                out.append(f"| {name} | {mode_name} | {before:,.0f} | {after:,.0f} | "
+                           f"{after / before:.3f} | {same} |")
+                print(out[-1], flush=True)
+    out += ["", end]
+    text = "\n".join(out)
+    print(text)
+    if args.write:
+        replace_section("before_after", text)
+
+
+main()
