@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "graph/program.h"
+#include "kernels/cpu/kernels.h"
 
 namespace remat {
 
@@ -87,8 +88,9 @@ int64_t forward_flops(const Node& node) {
 int64_t backward_flops(const Node& node) { return 2 * forward_flops(node); }
 
 int64_t backward_workspace_floats(const Node& node) {
-  if (node.kind == OpKind::kAttention) {
-    return node.attrs.batch * node.attrs.heads * node.attrs.seq;
+  if (node.kind == OpKind::kAttention) {  // the kernel sizes its own scratch
+    return cpu::attention_backward_workspace_floats(node.attrs.batch, node.attrs.seq,
+                                                    node.attrs.heads);
   }
   return 0;
 }

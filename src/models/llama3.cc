@@ -2,7 +2,6 @@
 
 #include <cmath>
 #include <map>
-#include <sstream>
 
 #include "core/error.h"
 #include "graph/builder.h"
@@ -83,22 +82,6 @@ Program build_llama3_program(const TransformerArgs& args, int64_t batch, int64_t
   }
   add_output_and_loss(b, args, x);
   return b.finish();
-}
-
-std::string transformer_args_json(const TransformerArgs& args) {
-  std::ostringstream s;
-  s.precision(17);
-  s << "{\"dim\": " << args.dim << ", \"n_layers\": " << args.n_layers
-    << ", \"n_heads\": " << args.n_heads << ", \"n_kv_heads\": " << args.n_kv_heads
-    << ", \"vocab_size\": " << args.vocab_size << ", \"ffn_dim_multiplier\": ";
-  if (args.ffn_dim_multiplier) {
-    s << *args.ffn_dim_multiplier;
-  } else {
-    s << "null";
-  }
-  s << ", \"multiple_of\": " << args.multiple_of << ", \"rope_theta\": " << args.rope_theta
-    << ", \"norm_eps\": " << args.norm_eps << "}";
-  return s.str();
 }
 
 }  // namespace remat

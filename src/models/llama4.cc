@@ -2,7 +2,6 @@
 
 #include <cmath>
 #include <map>
-#include <sstream>
 
 #include "core/error.h"
 #include "graph/builder.h"
@@ -146,17 +145,6 @@ Program build_llama4_program(const Llama4Args& args, int64_t batch, int64_t seq)
   }
   add_output_and_loss(b, t, x);
   return b.finish();
-}
-
-std::string llama4_args_json(const Llama4Args& args) {
-  std::string dense = transformer_args_json(args.base);
-  dense.pop_back();  // the closing brace
-  std::ostringstream s;
-  s << dense << ", \"num_experts\": " << args.num_experts << ", \"top_k\": " << args.top_k
-    << ", \"interleave_moe_layer_step\": " << args.interleave_moe_layer_step
-    << ", \"score_func\": \"" << (args.sigmoid ? "sigmoid" : "softmax") << "\""
-    << ", \"moe_hidden_dim\": " << args.moe_hidden_dim() << "}";
-  return s.str();
 }
 
 }  // namespace remat

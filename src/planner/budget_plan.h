@@ -58,6 +58,4 @@ AcOptions resolve_auto_threshold(const Program& program, AcOptions options,
 Plan plan_for_config(const JobConfig& config, const Program& program,
                      const PlannerOptions& planner);
 
-// The trade-off between peak and recompute, for `remat plan --pareto`.
-
 }  // namespace remat

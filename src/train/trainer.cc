@@ -12,6 +12,8 @@
 #include "ac/policy.h"
 #include "ac/report.h"
 #include "core/error.h"
+#include "core/format.h"
+#include "core/host_memory.h"
 #include "io/dataset.h"
 #include "io/files.h"
 #include "io/npy.h"
@@ -116,19 +118,6 @@ int64_t resume_data_position(const JobConfig& config, const RunRecord& saved, in
   return (start_step % windows) * (t.local_batch_size % windows) % windows;
 }
 
-// One JSON object per logged step; non-finite values are written as null.
-std::string metrics_json(const StepMetrics& m, int64_t activation_bytes_at_peak,
-                         int64_t max_activation_bytes) {
-  return "{\"step\": " + std::to_string(m.step) + ", \"loss\": " + json_number(m.loss) +
-         ", \"grad_norm\": " + json_number(m.grad_norm) + ", \"lr\": " + json_number(m.lr) +
-         ", \"peak_bytes\": " + std::to_string(m.peak_bytes) +
-         ", \"activation_bytes_at_peak\": " + std::to_string(activation_bytes_at_peak) +
-         ", \"max_activation_bytes\": " + std::to_string(max_activation_bytes) +
-         ", \"tps\": " + json_number(m.tokens_per_second) +
-         ", \"mfu\": " + json_number(m.model_flops_per_second / m.peak_flops) +
-         ", \"hfu\": " + json_number(m.hardware_flops_per_second / m.peak_flops) + "}";
-}
-
 void print_model(const ModelSummary& s, const Program& program) {
   std::printf("model: %s %s, %s parameters (%s without the embedding), %d layers, vocab %lld\n",
               s.family.c_str(), s.flavor.c_str(), with_thousands(s.params).c_str(),
@@ -229,9 +218,7 @@ int run_train(const JobConfig& config) {
                        : "measured: fp32 FMA on these threads, best of 5 runs of 0.05 s";
   std::printf("device: CPU, %d threads, peak %.1f GFLOP/s fp32 (%s), memory %s\n", threads,
               peak_flops / 1e9, peak_source.c_str(), format_bytes(physical_memory_bytes()).c_str());
-  const int64_t flops_per_token =
-      model_flops_per_token(model.summary.active_params, model.summary.embedding_params,
-                            model.summary.attention_term, t.seq_len);
+  const int64_t flops_per_token = model_flops_per_token(model.summary, t.seq_len);
 
   Executor executor(program, make_schedule(program, plan, /*with_backward=*/true), allocator,
                     state);

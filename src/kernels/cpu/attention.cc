@@ -257,10 +257,6 @@ void attention_forward(const float* q, const float* k, const float* v, int64_t b
   }
 }
 
-int64_t attention_backward_workspace_floats(int64_t batch, int64_t seq, int64_t heads) {
-  return batch * heads * seq;
-}
-
 // With P = softmax(scale * q k^T) (causal), O = P v, dO given:
 //   dv = P^T dO;  dP = dO v^T;  dS = P * (dP - rowsum(dO * O));
 //   dq = scale * dS k;  dk = scale * dS^T q.
