@@ -3,8 +3,8 @@
 #include <cmath>
 #include <map>
 
-#include "core/error.h"
 #include "graph/builder.h"
+#include "models/config_errors.h"
 #include "models/transformer_parts.h"
 
 namespace remat {
@@ -30,24 +30,10 @@ const std::map<std::string, TransformerArgs>& llama3_flavors() {
   return flavors;
 }
 
-std::string known_flavors() {
-  std::string s;
-  for (const auto& [name, args] : llama3_flavors()) s += (s.empty() ? "" : ", ") + name;
-  return s;
-}
-
-void require(bool ok, const std::string& message) {
-  if (!ok) throw InputError("config error: " + message);
-}
-
 }  // namespace
 
 TransformerArgs resolve_llama3_args(const JobConfig::Model& model) {
-  auto it = llama3_flavors().find(model.flavor);
-  require(it != llama3_flavors().end(), "model.flavor = \"" + model.flavor +
-                                            "\" is not a llama3 flavor (expected one of: " +
-                                            known_flavors() + ")");
-  TransformerArgs args = it->second;
+  TransformerArgs args = find_flavor(llama3_flavors(), "llama3", model.flavor);
   if (model.dim > 0) args.dim = model.dim;
   if (model.n_layers > 0) args.n_layers = model.n_layers;
   if (model.n_heads > 0) args.n_heads = model.n_heads;
