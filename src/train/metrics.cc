@@ -22,10 +22,25 @@ std::string format_log_line(const StepMetrics& m) {
   return buf;
 }
 
+namespace {
+
+// A flat object as Python's json.dumps lays it out ({"a": 1, "b": 2}): one
+// line that readers and tests may also split as text. Keys and values are
+// nlohmann's own text (escaped strings, shortest round-trip doubles, null for
+// NaN and infinities).
+std::string dump_flat(const nlohmann::ordered_json& object) {
+  std::string out = "{";
+  for (const auto& [key, value] : object.items()) {
+    if (out.size() > 1) out += ", ";
+    out += nlohmann::json(key).dump() + ": " + value.dump();
+  }
+  return out + "}";
+}
+
+}  // namespace
+
 std::string metrics_json(const StepMetrics& m, int64_t activation_bytes_at_peak,
                          int64_t max_activation_bytes) {
-  // nlohmann writes NaN and infinities as null and finite doubles in their
-  // shortest round-trip form.
   const nlohmann::ordered_json line = {
       {"step", m.step},
       {"loss", m.loss},
@@ -37,7 +52,7 @@ std::string metrics_json(const StepMetrics& m, int64_t activation_bytes_at_peak,
       {"tps", m.tokens_per_second},
       {"mfu", m.model_flops_per_second / m.peak_flops},
       {"hfu", m.hardware_flops_per_second / m.peak_flops}};
-  return line.dump();
+  return dump_flat(line);
 }
 
 }  // namespace remat
