@@ -1,11 +1,7 @@
 #include "ac/policy.h"
 
-#include <charconv>
 #include <stdexcept>
 #include <sstream>
-
-#include "core/error.h"
-#include "io/config.h"
 
 namespace remat {
 
@@ -29,46 +25,6 @@ bool fqn_matches(const std::string& fqn, const std::string& pattern) {
   }
   while (g < glob.size() && glob[g] == '*') ++g;
   return g == glob.size();
-}
-
-AcOptions ac_options_from_config(const JobConfig& config) {
-  const auto& ac = config.activation_checkpoint;
-  AcOptions options;
-  // "auto" is resolved by the planner (planner/budget_plan.h), which prices
-  // candidate thresholds; until then it behaves as 0.
-  options.mm_flops_threshold = ac.selective_op_ac_mm_flops_threshold.value;
-  options.auto_threshold = ac.selective_op_ac_mm_flops_threshold.automatic;
-  options.force_recompute_fqns = ac.per_op_sac_force_recompute_mm_by_fqns;
-  if (ac.mode == "none") {
-    options.mode = AcOptions::Mode::kNone;
-  } else if (ac.mode == "full") {
-    options.mode = AcOptions::Mode::kFull;
-  } else if (ac.mode == "selective") {
-    if (ac.selective_ac_option == "op") {
-      options.mode = AcOptions::Mode::kSelectiveOp;
-    } else {
-      int64_t n = -1;
-      const char* begin = ac.selective_ac_option.data();
-      const char* end = begin + ac.selective_ac_option.size();
-      auto [ptr, ec] = std::from_chars(begin, end, n);
-      if (ec != std::errc() || ptr != end || n < 0) {
-        throw InputError("config error: activation_checkpoint.selective_ac_option = \"" +
-                         ac.selective_ac_option +
-                         "\": expected \"op\" or a non-negative integer");
-      }
-      options.mode = AcOptions::Mode::kSelectiveLayer;
-      options.layer_frequency = n;
-    }
-  } else if (ac.mode == "memory_budget") {
-    options.mode = AcOptions::Mode::kMemoryBudget;
-    options.memory_budget = ac.memory_budget;
-  } else if (ac.mode == "auto") {
-    options.mode = AcOptions::Mode::kAuto;
-  } else {
-    throw InputError("config error: activation_checkpoint.mode = \"" + ac.mode +
-                     "\": expected none, full, selective, memory_budget or auto");
-  }
-  return options;
 }
 
 std::string describe(const AcOptions& options) {
@@ -178,7 +134,6 @@ Plan make_plan(const Program& program, const AcOptions& options) {
 }
 
 Plan make_inference_plan(const Program& program) {
-  std::vector<bool> keep_wanted(program.values.size(), false);
   Plan plan;
   plan.keep.assign(program.values.size(), false);
   plan.keep[program.loss] = true;

@@ -28,10 +28,8 @@ struct AcOptions {
   std::string memory_budget;  // kMemoryBudget: a fraction "0.5" or a size "12GiB"
 };
 
-// From the [activation_checkpoint] section (mode, selective_ac_option,
-// threshold, filter). InputError for values it cannot interpret.
-struct JobConfig;
-AcOptions ac_options_from_config(const JobConfig& config);
+// The options in words: "full", "selective 2", "selective op (threshold 0,
+// filter [moe.router.gate])", "memory_budget 0.5", "auto".
 std::string describe(const AcOptions& options);
 
 Plan make_plan(const Program& program, const AcOptions& options);

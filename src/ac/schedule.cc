@@ -1,6 +1,7 @@
 #include "ac/schedule.h"
 
 #include <algorithm>
+#include <optional>
 #include <stdexcept>
 
 namespace remat {
@@ -24,7 +25,7 @@ Schedule make_schedule(const Program& program, const Plan& plan, bool with_backw
     schedule.steps.push_back({Step::Kind::kForward, n, {}});
   }
   if (with_backward) {
-    int32_t current_block = -2;
+    std::optional<int32_t> current_block;  // none before the first backward step
     for (int32_t n = n_nodes - 1; n >= 0; --n) {
       const int32_t block = program.nodes[n].block;
       if (block != current_block) {

@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "graph/program.h"
+#include "kernels/cpu/kernels.h"
 
 namespace remat {
 
@@ -65,9 +66,12 @@ constexpr OpInfo kOpTable[] = {
          [](const OpAttrs& a) {
            return product({4, a.batch, a.heads, a.seq, a.seq, a.head_dim});
          },
-     // One f32 per (batch, head, query).
+     // The kernel sizes its own scratch (f32).
      .workspace_bytes =
-         [](const OpAttrs& a) { return bytes_of(a.batch * a.heads * a.seq, DType::kF32); }},
+         [](const OpAttrs& a) {
+           return bytes_of(cpu::attention_backward_workspace_floats(a.batch, a.seq, a.heads),
+                           DType::kF32);
+         }},
     {.kind = OpKind::kSiluMul, .name = "silu_mul", .op_class = OpClass::kOther,
      .num_inputs = 2, .num_outputs = 1, .saved_inputs = 0b11, .saved_outputs = 0b0,
      .grad_in_place_of_input0 = false, .outputs_always_kept = false,

@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <string>
 
-#include "core/error.h"
+#include "models/config_errors.h"
 
 namespace remat {
 
@@ -27,10 +27,6 @@ std::string number(double v) {
     std::snprintf(text, sizeof text, "%.3g", v);
   }
   return text;
-}
-
-void require(bool ok, const std::string& message) {
-  if (!ok) throw InputError("config error: " + message);
 }
 
 void require_dim(int64_t value, const char* key) {

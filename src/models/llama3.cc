@@ -2,10 +2,9 @@
 
 #include <cmath>
 #include <map>
-#include <sstream>
 
-#include "core/error.h"
 #include "graph/builder.h"
+#include "models/config_errors.h"
 #include "models/transformer_parts.h"
 
 namespace remat {
@@ -31,24 +30,10 @@ const std::map<std::string, TransformerArgs>& llama3_flavors() {
   return flavors;
 }
 
-std::string known_flavors() {
-  std::string s;
-  for (const auto& [name, args] : llama3_flavors()) s += (s.empty() ? "" : ", ") + name;
-  return s;
-}
-
-void require(bool ok, const std::string& message) {
-  if (!ok) throw InputError("config error: " + message);
-}
-
 }  // namespace
 
 TransformerArgs resolve_llama3_args(const JobConfig::Model& model) {
-  auto it = llama3_flavors().find(model.flavor);
-  require(it != llama3_flavors().end(), "model.flavor = \"" + model.flavor +
-                                            "\" is not a llama3 flavor (expected one of: " +
-                                            known_flavors() + ")");
-  TransformerArgs args = it->second;
+  TransformerArgs args = find_flavor(llama3_flavors(), "llama3", model.flavor);
   if (model.dim > 0) args.dim = model.dim;
   if (model.n_layers > 0) args.n_layers = model.n_layers;
   if (model.n_heads > 0) args.n_heads = model.n_heads;
@@ -83,22 +68,6 @@ Program build_llama3_program(const TransformerArgs& args, int64_t batch, int64_t
   }
   add_output_and_loss(b, args, x);
   return b.finish();
-}
-
-std::string transformer_args_json(const TransformerArgs& args) {
-  std::ostringstream s;
-  s.precision(17);
-  s << "{\"dim\": " << args.dim << ", \"n_layers\": " << args.n_layers
-    << ", \"n_heads\": " << args.n_heads << ", \"n_kv_heads\": " << args.n_kv_heads
-    << ", \"vocab_size\": " << args.vocab_size << ", \"ffn_dim_multiplier\": ";
-  if (args.ffn_dim_multiplier) {
-    s << *args.ffn_dim_multiplier;
-  } else {
-    s << "null";
-  }
-  s << ", \"multiple_of\": " << args.multiple_of << ", \"rope_theta\": " << args.rope_theta
-    << ", \"norm_eps\": " << args.norm_eps << "}";
-  return s.str();
 }
 
 }  // namespace remat

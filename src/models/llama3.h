@@ -33,7 +33,4 @@ TransformerArgs resolve_llama3_args(const JobConfig::Model& model);
 
 Program build_llama3_program(const TransformerArgs& args, int64_t batch, int64_t seq);
 
-// JSON object with the architecture, as the PyTorch oracle reads it.
-std::string transformer_args_json(const TransformerArgs& args);
-
 }  // namespace remat

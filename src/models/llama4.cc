@@ -2,10 +2,9 @@
 
 #include <cmath>
 #include <map>
-#include <sstream>
 
-#include "core/error.h"
 #include "graph/builder.h"
+#include "models/config_errors.h"
 #include "models/transformer_parts.h"
 
 namespace remat {
@@ -50,21 +49,10 @@ const std::map<std::string, Llama4Args>& llama4_flavors() {
   return flavors;
 }
 
-void require(bool ok, const std::string& message) {
-  if (!ok) throw InputError("config error: " + message);
-}
-
 }  // namespace
 
 Llama4Args resolve_llama4_args(const JobConfig::Model& model) {
-  auto it = llama4_flavors().find(model.flavor);
-  if (it == llama4_flavors().end()) {
-    std::string known;
-    for (const auto& [name, a] : llama4_flavors()) known += (known.empty() ? "" : ", ") + name;
-    require(false, "model.flavor = \"" + model.flavor +
-                       "\" is not a llama4 flavor (expected one of: " + known + ")");
-  }
-  Llama4Args args = it->second;
+  Llama4Args args = find_flavor(llama4_flavors(), "llama4", model.flavor);
   // The dense part resolves as Llama 3's does (same overrides and checks).
   JobConfig::Model dense = model;
   dense.flavor = "debugmodel";  // any llama3 flavor: every field is overridden below
@@ -146,17 +134,6 @@ Program build_llama4_program(const Llama4Args& args, int64_t batch, int64_t seq)
   }
   add_output_and_loss(b, t, x);
   return b.finish();
-}
-
-std::string llama4_args_json(const Llama4Args& args) {
-  std::string dense = transformer_args_json(args.base);
-  dense.pop_back();  // the closing brace
-  std::ostringstream s;
-  s << dense << ", \"num_experts\": " << args.num_experts << ", \"top_k\": " << args.top_k
-    << ", \"interleave_moe_layer_step\": " << args.interleave_moe_layer_step
-    << ", \"score_func\": \"" << (args.sigmoid ? "sigmoid" : "softmax") << "\""
-    << ", \"moe_hidden_dim\": " << args.moe_hidden_dim() << "}";
-  return s.str();
 }
 
 }  // namespace remat

@@ -36,7 +36,4 @@ Llama4Args resolve_llama4_args(const JobConfig::Model& model);
 
 Program build_llama4_program(const Llama4Args& args, int64_t batch, int64_t seq);
 
-// JSON object with the architecture, as tests/oracle/llama4_ref.py reads it.
-std::string llama4_args_json(const Llama4Args& args);
-
 }  // namespace remat

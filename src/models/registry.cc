@@ -7,24 +7,39 @@
 
 namespace remat {
 
+namespace {
+
+// What both families share; a MoE model lowers active_params afterwards.
+ModelSummary summarize(const std::string& family, const std::string& flavor,
+                       const Program& program, const TransformerArgs& t) {
+  ModelSummary s;
+  s.family = family;
+  s.flavor = flavor;
+  s.params = program.num_parameters();
+  s.embedding_params = t.vocab_size * t.dim;
+  s.active_params = s.params;
+  s.n_layers = t.n_layers;
+  s.attention_term = t.n_layers * t.n_heads * t.head_dim();
+  s.vocab_size = t.vocab_size;
+  return s;
+}
+
+}  // namespace
+
+int64_t model_flops_per_token(const ModelSummary& summary, int64_t seq_len) {
+  return 6 * (summary.active_params - summary.embedding_params) +
+         12 * summary.attention_term * seq_len;
+}
+
 BuiltModel build_model(const JobConfig::Model& model, int64_t batch, int64_t seq) {
   if (model.name == "llama4") {
     const Llama4Args args = resolve_llama4_args(model);
     check_model_limits(args.base, &args, batch, seq);
     BuiltModel built{build_llama4_program(args, batch, seq), {}};
-    ModelSummary& s = built.summary;
-    const TransformerArgs& t = args.base;
-    s.family = "llama4";
-    s.flavor = model.flavor;
-    s.params = built.program.num_parameters();
-    s.embedding_params = t.vocab_size * t.dim;
+    ModelSummary& s = built.summary = summarize("llama4", model.flavor, built.program, args.base);
     // Per token: everything but the routed experts, plus top_k of them.
     const int64_t routed = args.routed_expert_params();
     s.active_params = s.params - routed + routed / args.num_experts * args.top_k;
-    s.n_layers = t.n_layers;
-    s.attention_term = t.n_layers * t.n_heads * t.head_dim();
-    s.vocab_size = t.vocab_size;
-    s.args_json = llama4_args_json(args);
     return built;
   }
   if (model.name != "llama3") {
@@ -34,16 +49,7 @@ BuiltModel build_model(const JobConfig::Model& model, int64_t batch, int64_t seq
   const TransformerArgs args = resolve_llama3_args(model);
   check_model_limits(args, nullptr, batch, seq);
   BuiltModel built{build_llama3_program(args, batch, seq), {}};
-  ModelSummary& s = built.summary;
-  s.family = "llama3";
-  s.flavor = model.flavor;
-  s.params = built.program.num_parameters();
-  s.embedding_params = args.vocab_size * args.dim;
-  s.active_params = s.params;
-  s.n_layers = args.n_layers;
-  s.attention_term = args.n_layers * args.n_heads * args.head_dim();
-  s.vocab_size = args.vocab_size;
-  s.args_json = transformer_args_json(args);
+  built.summary = summarize("llama3", model.flavor, built.program, args);
   return built;
 }
 

@@ -18,8 +18,11 @@ struct ModelSummary {
   int64_t n_layers = 0;
   int64_t attention_term = 0;  // layers * heads * head_dim (FLOPs formula)
   int64_t vocab_size = 0;
-  std::string args_json;       // the architecture, for the PyTorch oracle
 };
+
+// Model FLOPs per token at `seq_len` (spec.md §4), as torchtitan counts them:
+// 6 * (active parameters - embedding parameters) + 12 * attention_term * seq_len.
+int64_t model_flops_per_token(const ModelSummary& summary, int64_t seq_len);
 
 struct BuiltModel {
   Program program;

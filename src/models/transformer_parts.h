@@ -24,7 +24,7 @@ struct AttentionHalf {
 AttentionHalf add_attention_half(ProgramBuilder& b, const TransformerArgs& args,
                                  int32_t layer, ValueId x);
 
-// w2(silu(w1(x)) * w3(x)) with `prefix` + "feed_forward.*" parameters.
+// w2(silu(w1(x)) * w3(x)) with "layers.<layer>.feed_forward.*" parameters.
 ValueId add_dense_ffn(ProgramBuilder& b, const TransformerArgs& args, int32_t layer,
                       ValueId x);
 

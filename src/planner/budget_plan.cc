@@ -8,9 +8,10 @@
 
 #include "ac/report.h"
 #include "core/error.h"
+#include "core/format.h"
 #include "models/registry.h"
+#include "planner/job_options.h"
 #include "planner/op_timing.h"
-#include "train/metrics.h"
 
 namespace remat {
 
@@ -73,12 +74,8 @@ double recompute_cost(const Program& program, const Plan& plan, const OpCost& co
 int64_t resolve_budget(const AcOptions& options, const JobConfig& config, const Program& program,
                        const PlannerOptions& planner, std::string* source) {
   if (options.mode == AcOptions::Mode::kAuto) {
-    if (!config.memory.limit.empty()) {
-      *source = "memory.limit " + config.memory.limit;
-      return static_cast<int64_t>(parse_memory_size(config.memory.limit));
-    }
-    *source = "physical RAM";
-    return physical_memory_bytes();
+    *source = config.memory.limit.empty() ? "physical RAM" : "memory.limit " + config.memory.limit;
+    return available_memory(config);
   }
   *source = "memory_budget " + options.memory_budget;
   char* end = nullptr;

@@ -54,6 +54,5 @@ BudgetPlan make_budget_plan(const AcOptions& options, const JobConfig& config,
 AcOptions resolve_auto_threshold(const Program& program, AcOptions options,
                                  const PlannerOptions& planner, std::string* why);
 
-// The trade-off between peak and recompute, for `remat plan --pareto`.
 
 }  // namespace remat

@@ -12,13 +12,14 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/format.h"
+#include "core/host_memory.h"
 #include "io/files.h"
 #include "kernels/cpu/kernels.h"
 #include "models/registry.h"
 #include "ac/budget.h"
 #include "planner/planner.h"
 #include "runtime/executor.h"
-#include "train/metrics.h"
 
 namespace remat {
 

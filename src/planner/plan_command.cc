@@ -5,13 +5,15 @@
 #include <nlohmann/json.hpp>
 
 #include "ac/report.h"
+#include "core/error.h"
+#include "core/format.h"
+#include "models/registry.h"
 #include "planner/budget_plan.h"
 #include "planner/explain.h"
+#include "planner/job_options.h"
 #include "planner/pareto_output.h"
+#include "planner/setup.h"
 #include "planner/throughput.h"
-#include "core/error.h"
-#include "models/registry.h"
-#include "train/metrics.h"
 
 namespace remat {
 
@@ -40,7 +42,8 @@ nlohmann::json to_json(const Prediction& p) {
           {"warnings", p.warnings}};
 }
 
-std::string format_table(const std::vector<Prediction>& rows, const std::string& configured) {
+// `configured`: the row to star (the configured mode's).
+std::string format_table(const std::vector<Prediction>& rows, size_t configured) {
   size_t mode_width = 4;
   for (const Prediction& p : rows) mode_width = std::max(mode_width, p.name.size());
   std::string out;
@@ -56,7 +59,7 @@ std::string format_table(const std::vector<Prediction>& rows, const std::string&
     const auto& b = p.at_peak;
     std::snprintf(line, sizeof line,
                   "%c %-*s  %9s  %9s  %9s  %9s  %11s  %11s  %9s  %11.3f  %11.3f  %s%s\n",
-                  p.mode == configured ? '*' : ' ', static_cast<int>(mode_width), p.name.c_str(),
+                  i == configured ? '*' : ' ', static_cast<int>(mode_width), p.name.c_str(),
                   gib(p.peak_bytes).c_str(), gib(b[MemoryCategory::kParameters]).c_str(),
                   gib(b[MemoryCategory::kGradients]).c_str(),
                   gib(b[MemoryCategory::kOptimizerState]).c_str(),
@@ -70,19 +73,37 @@ std::string format_table(const std::vector<Prediction>& rows, const std::string&
   return out;
 }
 
-}  // namespace
+// Every comparison mode (planner.h) with its plan and the prediction for it.
+struct ModeRow {
+  NamedMode mode;
+  Plan plan;
+  Prediction prediction;
+};
 
-PlannerOptions planner_options_from_config(const JobConfig& config) {
-  PlannerOptions o;
-  o.shard_degree = config.parallelism.data_parallel_shard_degree;
-  o.bf16_compute = config.training.mixed_precision_param == "bfloat16";
-  o.device_memory = config.memory.limit.empty()
-                        ? 0
-                        : static_cast<int64_t>(parse_memory_size(config.memory.limit));
-  return o;
+std::vector<ModeRow> predict_modes(const Program& program, const AcOptions& configured,
+                                   const PlannerOptions& planner) {
+  std::vector<ModeRow> rows;
+  for (NamedMode& mode : comparison_modes(configured)) {
+    Plan plan = make_plan(program, mode.options);
+    Prediction p = predict(program, plan, planner);
+    p.name = mode.name;
+    rows.push_back({std::move(mode), std::move(plan), std::move(p)});
+  }
+  return rows;
 }
 
-namespace {
+// Of the modes whose peak fits in `available`, the one with the least
+// recompute; null if none fits.
+const Prediction* least_recompute_fitting(const std::vector<ModeRow>& rows, int64_t available) {
+  const Prediction* best = nullptr;
+  for (const ModeRow& row : rows) {
+    const Prediction& q = row.prediction;
+    if (q.peak_bytes <= available && (!best || q.recompute_flops < best->recompute_flops)) {
+      best = &q;
+    }
+  }
+  return best;
+}
 
 // The budget plan at the peak of each fixed mode (selective 2, the op
 // modes): the least recompute within the same peak, never more.
@@ -91,19 +112,17 @@ struct AtFixed {
   double fixed_cost, budget_cost;  // under the configured cost model
 };
 
-std::vector<AtFixed> budget_at_fixed_modes(const Program& program, const AcOptions& configured,
-                                           const PlannerOptions& planner,
+std::vector<AtFixed> budget_at_fixed_modes(const std::vector<ModeRow>& modes,
+                                           const Program& program, const PlannerOptions& planner,
                                            const BudgetProblem& problem, const OpCost& cost) {
   std::vector<AtFixed> at_fixed;
-  for (const NamedMode& mode : comparison_modes(configured)) {
-    if (mode.name == "none" || mode.name == "full") continue;
-    const Plan fixed_plan = make_plan(program, mode.options);
-    Prediction fixed = predict(program, fixed_plan, planner);
-    fixed.name = mode.name;
-    const BudgetChoice c = solve_budget(problem, fixed.peak_bytes);
+  for (const ModeRow& row : modes) {
+    const AcOptions::Mode m = row.mode.options.mode;
+    if (m == AcOptions::Mode::kNone || m == AcOptions::Mode::kFull) continue;
+    const BudgetChoice c = solve_budget(problem, row.prediction.peak_bytes);
     Prediction p = predict(program, plan_from_choice(problem, c), planner);
-    p.name = "budget @ " + mode.name;
-    at_fixed.push_back({fixed, p, recompute_cost(program, fixed_plan, cost), c.cost});
+    p.name = "budget @ " + row.mode.name;
+    at_fixed.push_back({row.prediction, p, recompute_cost(program, row.plan, cost), c.cost});
   }
   return at_fixed;
 }
@@ -144,9 +163,7 @@ int run_maximize_throughput(const JobConfig& config, const PlannerOptions& plann
   }
   std::printf("remat plan --maximize throughput: seq %lld, within %s; best first\n",
               static_cast<long long>(config.training.seq_len),
-              format_bytes(planner.device_memory > 0 ? planner.device_memory
-                                                     : physical_memory_bytes())
-                  .c_str());
+              format_bytes(available_memory(config)).c_str());
   std::printf("  %6s  %12s  %14s  %12s  %14s  %s\n", "batch", "peak", "recompute s", "step s",
               "tokens/s", "plan");
   for (size_t i = 0; i < choices.size() && i < 5; ++i) {
@@ -158,113 +175,126 @@ int run_maximize_throughput(const JobConfig& config, const PlannerOptions& plann
   return 0;
 }
 
-}  // namespace
-
-int run_plan(JobConfig config, const PlanCommandOptions& options) {
-  const auto start = std::chrono::steady_clock::now();
-  if (options.torchtitan) {
-    config.training.mixed_precision_param = "bfloat16";
-    if (config.parallelism.data_parallel_shard_degree == 1) {
-      config.parallelism.data_parallel_shard_degree = 8;
-    }
-    if (config.memory.limit.empty()) config.memory.limit = "80GiB";
-  }
-  const auto& t = config.training;
-  if (options.maximize_throughput) {
-    return run_maximize_throughput(config, planner_options_from_config(config), options.json);
-  }
-  const PlannerOptions planner = planner_options_from_config(config);
-  const Setup setup = make_setup(config, t.local_batch_size, Pass::kTraining, planner);
-  const BuiltModel& model = setup.model;
-  const AcOptions& configured = setup.ac.options;
-  const std::string& auto_why = setup.ac.auto_why;
-
-  const bool budget_mode = (configured.mode == AcOptions::Mode::kMemoryBudget ||
-                            configured.mode == AcOptions::Mode::kAuto) &&
-                           config.activation_checkpoint.budget_solver == "remat";
-  const BudgetPlan budget = budget_mode ? *setup.ac.budget : BudgetPlan{};
-  const Plan& configured_plan = setup.ac.plan;
-  Prediction chosen = predict(model.program, configured_plan, planner);
-  chosen.name = budget_mode ? describe(configured) : "configured";
-  if (configured.mode == AcOptions::Mode::kMemoryBudget && !budget_mode) chosen.name = "knapsack";
-  std::vector<Prediction> rows;
-  bool listed = false;
-  for (const NamedMode& mode : comparison_modes(configured)) {
-    rows.push_back(predict(model.program, make_plan(model.program, mode.options), planner));
-    rows.back().name = mode.name;
-    listed = listed || rows.back().mode == chosen.mode;
-  }
-  if (!listed) rows.insert(rows.begin(), chosen);
-  // The budget plan at the peak of each fixed mode: never more recompute.
+// Everything `remat plan` reports, computed before anything is printed.
+struct PlanReport {
+  BuiltModel model;
+  PlannerOptions planner;
+  AcOptions configured;          // "auto" thresholds resolved
+  std::string auto_why;
+  bool budget_mode = false;      // solved by remat's budget solver
+  BudgetPlan budget;             // when budget_mode
+  Plan configured_plan;
+  Prediction chosen;             // the configured plan's prediction
+  std::vector<Prediction> rows;  // the comparison modes, or the configured plan first
+  size_t configured_row = 0;     // the row the configured plan is
+  OpCost cost;
   std::string cost_note;
-  const OpCost cost = cost_model_from_config(config, model.program, &cost_note);
-  const bool measured = config.activation_checkpoint.cost_model == "measured";
-  const BudgetProblem problem = budget_problem(model.program, planner, cost);
-  const std::vector<AtFixed> at_fixed =
-      budget_at_fixed_modes(model.program, configured, planner, problem, cost);
-  std::vector<BudgetChoice> front;
-  if (!options.pareto_path.empty()) front = pareto_front(problem, options.pareto_points);
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (!options.pareto_path.empty()) {
-    std::vector<ParetoMark> marks;
-    for (const Prediction& p : rows) {
-      marks.push_back({p.name, p.peak_bytes, static_cast<double>(p.recompute_flops)});
-    }
-    const double model_flops = static_cast<double>(rows.front().model_flops);
-    write_pareto(options.pareto_path, front, marks,
-                 budget_mode ? budget.budget : 0, model_flops,
-                 model.summary.family + " " + model.summary.flavor);
-  }
+  bool measured = false;         // cost in seconds, not FLOPs
+  std::vector<AtFixed> at_fixed;
+  std::vector<BudgetChoice> front;  // with --pareto
+  double seconds = 0;
+};
 
-  const ModelSummary& s = model.summary;
-  if (options.json) {
-    nlohmann::json j;
-    j["model"] = {{"family", s.family},     {"flavor", s.flavor},
-                  {"params", s.params},     {"active_params", s.active_params},
-                  {"layers", s.n_layers},   {"vocab_size", s.vocab_size},
-                  {"embedding_params", s.embedding_params},
-                  {"flops_per_token",
-                   model_flops_per_token(s.active_params, s.embedding_params, s.attention_term,
-                                         t.seq_len)}};
-    j["run"] = {{"local_batch_size", t.local_batch_size},
-                {"seq_len", t.seq_len},
-                {"data_parallel_shard_degree", planner.shard_degree},
-                {"compute_dtype", planner.bf16_compute ? "bfloat16" : "float32"},
-                {"device_memory_bytes", planner.device_memory}};
-    j["configured"] = to_json(chosen);
-    if (budget_mode) {
-      j["budget"] = {{"budget_bytes", budget.budget},
-                     {"source", budget.budget_source},
-                     {"predicted_peak_bytes", budget.choice.peak},
-                     {"recompute_flops", budget.choice.cost},
-                     {"lower_bound", budget.choice.lower_bound},
-                     {"optimal", budget.optimal()},
-                     {"seconds", budget.solve_seconds}};
-    }
-    j["budget_at_fixed_modes"] = nlohmann::json::array();
-    j["cost_model"] = cost_note;
-    j["auto_threshold"] = auto_why;
-    for (const AtFixed& a : at_fixed) {
-      j["budget_at_fixed_modes"].push_back({{"mode", a.fixed.name},
-                                            {"fixed_peak_bytes", a.fixed.peak_bytes},
-                                            {"fixed_recompute_flops", a.fixed.recompute_flops},
-                                            {"fixed_cost", a.fixed_cost},
-                                            {"budget_peak_bytes", a.budget.peak_bytes},
-                                            {"budget_recompute_flops", a.budget.recompute_flops},
-                                            {"budget_cost", a.budget_cost}});
-    }
-    j["modes"] = nlohmann::json::array();
-    for (const Prediction& p : rows) j["modes"].push_back(to_json(p));
-    if (options.matmuls) {
-      j["matmul_table"] = format_matmul_table(model.program, make_plan(model.program, configured), true);
-    }
-    std::printf("%s\n", j.dump(2).c_str());
-    return 0;
+PlanReport make_report(const JobConfig& config, const PlanCommandOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  const auto& t = config.training;
+  PlanReport r;
+  r.planner = planner_options_from_config(config);
+  const Setup setup = make_setup(config, t.local_batch_size, Pass::kTraining, r.planner);
+  r.model = setup.model;
+  const Program& program = r.model.program;
+  r.configured = setup.ac.options;
+  r.auto_why = setup.ac.auto_why;
+  r.budget_mode = (r.configured.mode == AcOptions::Mode::kMemoryBudget ||
+                   r.configured.mode == AcOptions::Mode::kAuto) &&
+                  config.activation_checkpoint.budget_solver == "remat";
+  if (r.budget_mode) r.budget = *setup.ac.budget;
+  r.configured_plan = setup.ac.plan;
+  r.chosen = predict(program, r.configured_plan, r.planner);
+  r.chosen.name = r.budget_mode ? describe(r.configured) : "configured";
+  if (r.configured.mode == AcOptions::Mode::kMemoryBudget && !r.budget_mode) {
+    r.chosen.name = "knapsack";
   }
+  const std::vector<ModeRow> modes = predict_modes(program, r.configured, r.planner);
+  r.configured_row = modes.size();
+  for (size_t i = 0; i < modes.size(); ++i) {
+    r.rows.push_back(modes[i].prediction);
+    if (modes[i].mode.configured) r.configured_row = i;
+  }
+  if (r.configured_row == modes.size()) {  // a mode none of the rows runs
+    r.rows.insert(r.rows.begin(), r.chosen);
+    r.configured_row = 0;
+  }
+  r.cost = cost_model_from_config(config, program, &r.cost_note);
+  r.measured = config.activation_checkpoint.cost_model == "measured";
+  const BudgetProblem problem = budget_problem(program, r.planner, r.cost);
+  r.at_fixed = budget_at_fixed_modes(modes, program, r.planner, problem, r.cost);
+  if (!options.pareto_path.empty()) r.front = pareto_front(problem, options.pareto_points);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return r;
+}
+
+void write_pareto_file(const PlanReport& r, const PlanCommandOptions& options) {
+  std::vector<ParetoMark> marks;
+  for (const Prediction& p : r.rows) {
+    marks.push_back({p.name, p.peak_bytes, static_cast<double>(p.recompute_flops)});
+  }
+  const double model_flops = static_cast<double>(r.rows.front().model_flops);
+  write_pareto(options.pareto_path, r.front, marks, r.budget_mode ? r.budget.budget : 0,
+               model_flops, r.model.summary.family + " " + r.model.summary.flavor);
+}
+
+void print_json(const PlanReport& r, const JobConfig& config, const PlanCommandOptions& options) {
+  const ModelSummary& s = r.model.summary;
+  const auto& t = config.training;
+  nlohmann::json j;
+  j["model"] = {{"family", s.family},     {"flavor", s.flavor},
+                {"params", s.params},     {"active_params", s.active_params},
+                {"layers", s.n_layers},   {"vocab_size", s.vocab_size},
+                {"embedding_params", s.embedding_params},
+                {"flops_per_token", model_flops_per_token(s, t.seq_len)}};
+  j["run"] = {{"local_batch_size", t.local_batch_size},
+              {"seq_len", t.seq_len},
+              {"data_parallel_shard_degree", r.planner.shard_degree},
+              {"compute_dtype", r.planner.bf16_compute ? "bfloat16" : "float32"},
+              {"device_memory_bytes", r.planner.device_memory}};
+  j["configured"] = to_json(r.chosen);
+  if (r.budget_mode) {
+    j["budget"] = {{"budget_bytes", r.budget.budget},
+                   {"source", r.budget.budget_source},
+                   {"predicted_peak_bytes", r.budget.choice.peak},
+                   {"recompute_flops", r.budget.choice.cost},
+                   {"lower_bound", r.budget.choice.lower_bound},
+                   {"optimal", r.budget.optimal()},
+                   {"seconds", r.budget.solve_seconds}};
+  }
+  j["budget_at_fixed_modes"] = nlohmann::json::array();
+  j["cost_model"] = r.cost_note;
+  j["auto_threshold"] = r.auto_why;
+  for (const AtFixed& a : r.at_fixed) {
+    j["budget_at_fixed_modes"].push_back({{"mode", a.fixed.name},
+                                          {"fixed_peak_bytes", a.fixed.peak_bytes},
+                                          {"fixed_recompute_flops", a.fixed.recompute_flops},
+                                          {"fixed_cost", a.fixed_cost},
+                                          {"budget_peak_bytes", a.budget.peak_bytes},
+                                          {"budget_recompute_flops", a.budget.recompute_flops},
+                                          {"budget_cost", a.budget_cost}});
+  }
+  j["modes"] = nlohmann::json::array();
+  for (const Prediction& p : r.rows) j["modes"].push_back(to_json(p));
+  if (options.matmuls) {
+    j["matmul_table"] = format_matmul_table(r.model.program, r.configured_plan, true);
+  }
+  std::printf("%s\n", j.dump(2).c_str());
+}
+
+void print_text(const PlanReport& r, const JobConfig& config, const PlanCommandOptions& options) {
+  const ModelSummary& s = r.model.summary;
+  const PlannerOptions& planner = r.planner;
   std::printf("remat plan: %s %s, %s parameters, batch %lld x seq %lld per device\n",
               s.family.c_str(), s.flavor.c_str(), with_thousands(s.params).c_str(),
-              static_cast<long long>(t.local_batch_size), static_cast<long long>(t.seq_len));
+              static_cast<long long>(config.training.local_batch_size),
+              static_cast<long long>(config.training.seq_len));
   std::printf("  compute %s (master weights, gradients, optimizer state fp32), "
               "sharded over %lld ranks%s%s\n",
               planner.bf16_compute ? "bf16" : "fp32",
@@ -272,33 +302,51 @@ int run_plan(JobConfig config, const PlanCommandOptions& options) {
               planner.device_memory > 0 ? ", device memory " : "",
               planner.device_memory > 0 ? format_bytes(planner.device_memory).c_str() : "");
   std::printf("  memory at the peak moment, per device (GiB); * = the configured mode\n");
-  std::fputs(format_table(rows, chosen.mode).c_str(), stdout);
-  std::printf("  configured: %s\n", chosen.mode.c_str());
-  print_budget_report(budget_mode ? &budget : nullptr, at_fixed, cost_note,
-                      measured ? "s" : "FLOPs");
+  std::fputs(format_table(r.rows, r.configured_row).c_str(), stdout);
+  std::printf("  configured: %s\n", r.chosen.mode.c_str());
+  const char* unit = r.measured ? "s" : "FLOPs";
+  print_budget_report(r.budget_mode ? &r.budget : nullptr, r.at_fixed, r.cost_note, unit);
   if (!options.pareto_path.empty()) {
-    std::printf("  pareto front: %zu points written to %s\n", front.size(),
+    std::printf("  pareto front: %zu points written to %s\n", r.front.size(),
                 options.pareto_path.c_str());
   }
   if (options.explain) {
-    std::fputs(explain_plan(model.program, configured_plan, planner, cost, measured ? "s" : "FLOPs")
-                   .c_str(),
-               stdout);
+    std::fputs(
+        explain_plan(r.model.program, r.configured_plan, planner, r.cost, unit).c_str(), stdout);
   }
-  for (const std::string& w : chosen.warnings) std::printf("warning: %s\n", w.c_str());
+  for (const std::string& w : r.chosen.warnings) std::printf("warning: %s\n", w.c_str());
   if (options.matmuls) {
-    std::fputs(format_matmul_table(model.program, make_plan(model.program, configured), true).c_str(),
-               stdout);
+    std::fputs(format_matmul_table(r.model.program, r.configured_plan, true).c_str(), stdout);
   }
-  std::printf("(planned in %.3f s without allocating the model)\n", seconds);
+  std::printf("(planned in %.3f s without allocating the model)\n", r.seconds);
+}
+
+}  // namespace
+
+int run_plan(JobConfig config, const PlanCommandOptions& options) {
+  if (options.torchtitan) {
+    config.training.mixed_precision_param = "bfloat16";
+    if (config.parallelism.data_parallel_shard_degree == 1) {
+      config.parallelism.data_parallel_shard_degree = 8;
+    }
+    if (config.memory.limit.empty()) config.memory.limit = "80GiB";
+  }
+  if (options.maximize_throughput) {
+    return run_maximize_throughput(config, planner_options_from_config(config), options.json);
+  }
+  const PlanReport report = make_report(config, options);
+  if (!options.pareto_path.empty()) write_pareto_file(report, options);
+  if (options.json) {
+    print_json(report, config, options);
+  } else {
+    print_text(report, config, options);
+  }
   return 0;
 }
 
 void check_run_fits(const JobConfig& config, const Setup& setup) {
   const auto& t = config.training;
-  const int64_t available = config.memory.limit.empty()
-                                ? physical_memory_bytes()
-                                : static_cast<int64_t>(parse_memory_size(config.memory.limit));
+  const int64_t available = available_memory(config);
   PlannerOptions cpu;  // the CPU engine: fp32, one rank
   const BuiltModel& model = setup.model;
   const AcOptions configured = ac_options_from_config(config);
@@ -306,32 +354,19 @@ void check_run_fits(const JobConfig& config, const Setup& setup) {
   if (p.peak_bytes <= available) return;
 
   std::string advice;
-  // The mode with the least recompute that fits, in order of recompute cost.
-  const Prediction* best = nullptr;
-  std::vector<Prediction> predictions;
-  for (const NamedMode& mode : comparison_modes(configured)) {
-    predictions.push_back(predict(model.program, make_plan(model.program, mode.options), cpu));
-  }
-  for (const Prediction& q : predictions) {
-    if (q.peak_bytes <= available && (!best || q.recompute_flops < best->recompute_flops)) best = &q;
-  }
-  if (best) {
+  const std::vector<ModeRow> modes = predict_modes(model.program, configured, cpu);
+  if (const Prediction* best = least_recompute_fitting(modes, available)) {
     advice = "activation checkpointing \"" + best->mode + "\" would fit (peak " +
              format_bytes(best->peak_bytes) + ")";
-  } else {
-    // No mode fits at this batch size: the largest smaller batch that fits,
-    // with the least recompute at that size.
-    for (int64_t batch = t.local_batch_size / 2; batch >= 1 && advice.empty(); batch /= 2) {
-      BuiltModel smaller = build_model(config.model, batch, t.seq_len);
-      for (const NamedMode& mode : comparison_modes(configured)) {
-        const Prediction q =
-            predict(smaller.program, make_plan(smaller.program, mode.options), cpu);
-        if (q.peak_bytes <= available) {
-          advice = "training.local_batch_size = " + std::to_string(batch) + " with \"" +
-                   q.mode + "\" would fit (peak " + format_bytes(q.peak_bytes) + ")";
-          break;
-        }
-      }
+  }
+  // No mode fits at this batch size: the largest smaller batch that fits,
+  // with the least recompute at that size.
+  for (int64_t batch = t.local_batch_size / 2; batch >= 1 && advice.empty(); batch /= 2) {
+    const BuiltModel smaller = build_model(config.model, batch, t.seq_len);
+    const std::vector<ModeRow> rows = predict_modes(smaller.program, configured, cpu);
+    if (const Prediction* q = least_recompute_fitting(rows, available)) {
+      advice = "training.local_batch_size = " + std::to_string(batch) + " with \"" + q->mode +
+               "\" would fit (peak " + format_bytes(q->peak_bytes) + ")";
     }
   }
   if (advice.empty()) advice = "no AC mode or batch size fits; use a smaller model or more memory";

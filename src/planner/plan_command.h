@@ -21,7 +21,6 @@ struct PlanCommandOptions {
   bool maximize_throughput = false;  // search local_batch_size with the budget plan
 };
 
-PlannerOptions planner_options_from_config(const JobConfig& config);
 int run_plan(JobConfig config, const PlanCommandOptions& options);
 
 // Before a training run allocates anything: InputError (exit 2) if the

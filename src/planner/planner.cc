@@ -4,6 +4,7 @@
 #include <functional>
 #include <stdexcept>
 #include <map>
+#include <optional>
 
 #include "runtime/executor.h"
 
@@ -19,7 +20,7 @@ struct UnitBooker {
   double gathered_bytes_per_param;   // compute dtype, before the temporaries' scale
   double temporaries_scale;
   bool sharded;
-  int32_t current_unit = -1000000;
+  std::optional<int32_t> current_unit;  // the key of the unit gathered now, if any
   Tensor gathered_params, gathered_grads;
 
   int64_t unit_params(int32_t unit) const {
@@ -38,7 +39,10 @@ struct UnitBooker {
   void on_step(const Step& step) {
     const int32_t unit = program.nodes[step.node].block;
     const bool backward = step.kind != Step::Kind::kForward;
-    const int32_t key = backward ? -unit - 2 : unit;  // forward and backward differ
+    // Forward and backward gathers differ, except outside the blocks (unit
+    // -1, key -1 both ways): the output's weights stay gathered from the end
+    // of the forward into the start of the backward.
+    const int32_t key = backward ? -unit - 2 : unit;
     if (key == current_unit) return;
     current_unit = key;
     gathered_params.reset();
@@ -87,7 +91,7 @@ Prediction replay(const Program& program, const Plan& plan, const PlannerOptions
   // other set-up works on a gathered (and possibly cast) copy of each unit.
   const bool gathered = options.shard_degree > 1 || options.bf16_compute;
   UnitBooker booker{program, allocator, (options.bf16_compute ? 2.0 : 4.0) / act, act, gathered,
-                    -1000000, {}, {}};
+                    std::nullopt, {}, {}};
   bool first = true;
   executor.set_step_observer([&](const Step& step) {
     if (watch && !first) watch->close(allocator);
@@ -150,11 +154,14 @@ std::vector<NamedMode> comparison_modes(const AcOptions& configured) {
   full.mode = AcOptions::Mode::kFull;
   layer2.mode = AcOptions::Mode::kSelectiveLayer;
   layer2.layer_frequency = 2;
-  return {{"none", none},
-          {"full", full},
-          {"selective 2", layer2},
+  using Mode = AcOptions::Mode;
+  const Mode m = configured.mode;
+  return {{"none", none, m == Mode::kNone},
+          {"full", full, m == Mode::kFull},
+          {"selective 2", layer2, m == Mode::kSelectiveLayer && configured.layer_frequency == 2},
           {"op threshold 0", op(0, {})},
-          {"op configured", op(configured.mm_flops_threshold, configured.force_recompute_fqns)},
+          {"op configured", op(configured.mm_flops_threshold, configured.force_recompute_fqns),
+           m == Mode::kSelectiveOp},
           {"op threshold 1e50", op(1e50, {})}};
 }
 

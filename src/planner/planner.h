@@ -51,9 +51,12 @@ double activation_scale(const PlannerOptions& options);
 
 // The AC modes `remat plan` compares: none, full, selective 2, op (threshold
 // 0), op with the configured threshold and filter, op (threshold 1e50).
+// A mode is told apart by its name, not by its plan's description: two modes
+// may make the same plan.
 struct NamedMode {
   std::string name;
   AcOptions options;
+  bool configured = false;  // runs the configured options (at most one mode)
 };
 std::vector<NamedMode> comparison_modes(const AcOptions& configured);
 

@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "ac/knapsack.h"
+#include "planner/job_options.h"
 
 namespace remat {
 

@@ -3,10 +3,11 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/format.h"
 #include "models/registry.h"
 #include "planner/budget_plan.h"
+#include "planner/job_options.h"
 #include "planner/op_timing.h"
-#include "train/metrics.h"
 
 namespace remat {
 
@@ -27,8 +28,7 @@ std::vector<int64_t> candidate_batches(int64_t most) {
 
 std::vector<ThroughputChoice> maximize_throughput(const JobConfig& config,
                                                   const PlannerOptions& planner) {
-  const int64_t device = planner.device_memory > 0 ? planner.device_memory
-                                                   : physical_memory_bytes();
+  const int64_t device = available_memory(config);
   JobConfig measured = config;
   measured.activation_checkpoint.cost_model = "measured";
   std::vector<ThroughputChoice> choices;

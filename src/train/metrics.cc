@@ -1,53 +1,11 @@
 #include "train/metrics.h"
 
-#include <unistd.h>
-
 #include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "core/format.h"
 
 namespace remat {
-
-int64_t model_flops_per_token(int64_t params, int64_t embedding_params,
-                              int64_t attention_term, int64_t seq_len) {
-  return 6 * (params - embedding_params) + 12 * attention_term * seq_len;
-}
-
-int64_t physical_memory_bytes() {
-  return static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) *
-         static_cast<int64_t>(sysconf(_SC_PAGE_SIZE));
-}
-
-int64_t process_peak_rss_bytes() {
-  FILE* f = std::fopen("/proc/self/status", "r");
-  if (!f) return -1;
-  char line[256];
-  long long kib = -1;
-  while (std::fgets(line, sizeof line, f)) {
-    if (std::sscanf(line, "VmHWM: %lld kB", &kib) == 1) break;
-  }
-  std::fclose(f);
-  return kib < 0 ? -1 : static_cast<int64_t>(kib) * 1024;
-}
-
-std::string with_thousands(int64_t value) {
-  std::string digits = std::to_string(value < 0 ? -value : value);
-  std::string out;
-  for (size_t i = 0; i < digits.size(); ++i) {
-    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
-    out += digits[i];
-  }
-  return value < 0 ? "-" + out : out;
-}
-
-std::string format_bytes(int64_t bytes) {
-  char buf[64];
-  const double b = static_cast<double>(bytes);
-  if (b >= 1024.0 * 1024 * 1024) {
-    std::snprintf(buf, sizeof buf, "%.2fGiB", b / (1024.0 * 1024 * 1024));
-  } else {
-    std::snprintf(buf, sizeof buf, "%.2fMiB", b / (1024.0 * 1024));
-  }
-  return buf;
-}
 
 std::string format_log_line(const StepMetrics& m) {
   char buf[512];
@@ -62,6 +20,39 @@ std::string format_log_line(const StepMetrics& m) {
                 100.0 * m.model_flops_per_second / m.peak_flops,
                 100.0 * m.hardware_flops_per_second / m.peak_flops);
   return buf;
+}
+
+namespace {
+
+// A flat object as Python's json.dumps lays it out ({"a": 1, "b": 2}): one
+// line that readers and tests may also split as text. Keys and values are
+// nlohmann's own text (escaped strings, shortest round-trip doubles, null for
+// NaN and infinities).
+std::string dump_flat(const nlohmann::ordered_json& object) {
+  std::string out = "{";
+  for (const auto& [key, value] : object.items()) {
+    if (out.size() > 1) out += ", ";
+    out += nlohmann::json(key).dump() + ": " + value.dump();
+  }
+  return out + "}";
+}
+
+}  // namespace
+
+std::string metrics_json(const StepMetrics& m, int64_t activation_bytes_at_peak,
+                         int64_t max_activation_bytes) {
+  const nlohmann::ordered_json line = {
+      {"step", m.step},
+      {"loss", m.loss},
+      {"grad_norm", m.grad_norm},
+      {"lr", m.lr},
+      {"peak_bytes", m.peak_bytes},
+      {"activation_bytes_at_peak", activation_bytes_at_peak},
+      {"max_activation_bytes", max_activation_bytes},
+      {"tps", m.tokens_per_second},
+      {"mfu", m.model_flops_per_second / m.peak_flops},
+      {"hfu", m.hardware_flops_per_second / m.peak_flops}};
+  return dump_flat(line);
 }
 
 }  // namespace remat

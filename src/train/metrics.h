@@ -1,26 +1,11 @@
-// What a run reports (spec.md §4): model FLOPs per token, the device peak,
-// and the formatted log line.
+// What a run reports (spec.md §4) at each logged step: the formatted log
+// line and the metrics file's JSON line.
 #pragma once
 
 #include <cstdint>
 #include <string>
 
-#include "graph/program.h"
-
 namespace remat {
-
-// 6 * (parameters - embedding parameters) + 12 * layers * heads * head_dim *
-// seq_len, as torchtitan counts it. `embedding_params` are the token
-// embedding's; `attention_term` is layers * heads * head_dim.
-int64_t model_flops_per_token(int64_t params, int64_t embedding_params,
-                              int64_t attention_term, int64_t seq_len);
-
-int64_t physical_memory_bytes();
-
-// The process's peak resident set size so far (VmHWM in /proc/self/status),
-// or -1 where it cannot be read. memory.limit bounds the allocator's books,
-// not this (README "What memory.limit bounds").
-int64_t process_peak_rss_bytes();
 
 struct StepMetrics {
   int64_t step = 0;
@@ -38,7 +23,12 @@ struct StepMetrics {
 // "step: 12  loss: 7.1234  grad_norm: 1.2345  memory: 3.21GiB(13.40%)
 //  tps: 1,234  tflops: 0.08  mfu: 41.20%  hfu: 45.10%"
 std::string format_log_line(const StepMetrics& m);
-std::string format_bytes(int64_t bytes);        // "3.21GiB", "512.00MiB"
-std::string with_thousands(int64_t value);      // "1,234"
+
+// One JSON object per logged step with, in this order: step, loss,
+// grad_norm, lr, peak_bytes, activation_bytes_at_peak, max_activation_bytes,
+// tps, mfu, hfu. Doubles read back exactly; non-finite ones are null, which
+// JSON has (printf would write nan or inf, which it does not).
+std::string metrics_json(const StepMetrics& m, int64_t activation_bytes_at_peak,
+                         int64_t max_activation_bytes);
 
 }  // namespace remat

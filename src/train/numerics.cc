@@ -47,11 +47,4 @@ std::string non_finite_step_message(int64_t step, double loss, double grad_norm,
   return message;
 }
 
-std::string json_number(double value) {
-  if (!std::isfinite(value)) return "null";
-  char text[32];
-  std::snprintf(text, sizeof text, "%.17g", value);
-  return text;
-}
-
 }  // namespace remat

@@ -23,8 +23,4 @@ int64_t first_non_finite(const std::vector<Tensor>& tensors);
 std::string non_finite_step_message(int64_t step, double loss, double grad_norm,
                                     const Program& program, const std::vector<Tensor>& grads);
 
-// A number for a JSON document: non-finite values become null, which JSON
-// has, where printf would write nan or inf, which it does not.
-std::string json_number(double value);
-
 }  // namespace remat

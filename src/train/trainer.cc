@@ -12,6 +12,8 @@
 
 #include "ac/report.h"
 #include "core/error.h"
+#include "core/format.h"
+#include "core/host_memory.h"
 #include "io/dataset.h"
 #include "io/files.h"
 #include "io/safetensors.h"
@@ -105,19 +107,6 @@ int64_t resume_data_position(const JobConfig& config, const RunRecord& saved, in
     return saved.next_window % windows;
   // (step x batch) mod windows, without forming the product of two large numbers.
   return (start_step % windows) * (t.local_batch_size % windows) % windows;
-}
-
-// One JSON object per logged step; non-finite values are written as null.
-std::string metrics_json(const StepMetrics& m, int64_t activation_bytes_at_peak,
-                         int64_t max_activation_bytes) {
-  return "{\"step\": " + std::to_string(m.step) + ", \"loss\": " + json_number(m.loss) +
-         ", \"grad_norm\": " + json_number(m.grad_norm) + ", \"lr\": " + json_number(m.lr) +
-         ", \"peak_bytes\": " + std::to_string(m.peak_bytes) +
-         ", \"activation_bytes_at_peak\": " + std::to_string(activation_bytes_at_peak) +
-         ", \"max_activation_bytes\": " + std::to_string(max_activation_bytes) +
-         ", \"tps\": " + json_number(m.tokens_per_second) +
-         ", \"mfu\": " + json_number(m.model_flops_per_second / m.peak_flops) +
-         ", \"hfu\": " + json_number(m.hardware_flops_per_second / m.peak_flops) + "}";
 }
 
 void print_model(const ModelSummary& s, const Program& program) {
@@ -270,9 +259,7 @@ Trainer::Trainer(const JobConfig& config, const Setup& setup, Session& session,
       loader_(loader),
       start_step_(start_step),
       peak_(device_peak(config, threads)),
-      flops_per_token_(model_flops_per_token(
-          setup.model.summary.active_params, setup.model.summary.embedding_params,
-          setup.model.summary.attention_term, config.training.seq_len)),
+      flops_per_token_(model_flops_per_token(setup.model.summary, config.training.seq_len)),
       lr_{config.optimizer.lr,          config.lr_scheduler.warmup_steps,
           config.lr_scheduler.decay_ratio, config.lr_scheduler.decay_type,
           config.lr_scheduler.lr_min,   config.training.steps},

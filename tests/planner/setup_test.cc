@@ -3,6 +3,7 @@
 // the pieces `remat plan` reports next to the plan it runs.
 #include <gtest/gtest.h>
 
+#include "planner/job_options.h"
 #include "planner/setup.h"
 
 namespace remat {

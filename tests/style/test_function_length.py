@@ -36,7 +36,6 @@ KNOWN_LONG = {
     "src/io/npy.cc:read_npy_tokens",
     "src/io/safetensors.cc:SafetensorsReader::open",
     # Its repeated loops and JSON output are being rewritten (issue 10).
-    "src/planner/plan_command.cc:run_plan",
 }
 
 CONTAINER = re.compile(r"\b(namespace|class|struct|union|enum)\b")

@@ -308,10 +308,6 @@ void add_key_tile_grads(const KeyTile& kt, int64_t row0, int64_t kv_stride, int6
 
 }  // namespace
 
-int64_t attention_backward_workspace_floats(int64_t batch, int64_t seq, int64_t heads) {
-  return batch * heads * seq;
-}
-
 // With P = softmax(scale * q k^T) (causal), O = P v, dO given:
 //   dv = P^T dO;  dP = dO v^T;  dS = P * (dP - rowsum(dO * O));
 //   dq = scale * dS k;  dk = scale * dS^T q.

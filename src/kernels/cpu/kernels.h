@@ -105,7 +105,11 @@ void rope_backward(const float* dout, int64_t batch, int64_t seq, int64_t heads,
 void attention_forward(const float* q, const float* k, const float* v, int64_t batch,
                        int64_t seq, int64_t heads, int64_t kv_heads, int64_t head_dim,
                        float* out, float* lse);
-int64_t attention_backward_workspace_floats(int64_t batch, int64_t seq, int64_t heads);
+// The one place this size is written: the graph (graph/op.h) books it for
+// the planner and the executor, so it is inline, needing no kernel code.
+inline int64_t attention_backward_workspace_floats(int64_t batch, int64_t seq, int64_t heads) {
+  return batch * heads * seq;  // rowsum(dO * O) per [batch, head, position]
+}
 void attention_backward(const float* dout, const float* q, const float* k,
                         const float* v, const float* out, const float* lse,
                         int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,

@@ -6,6 +6,8 @@
 // exact small integers stored as floats.
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "kernels/cpu/internal.h"
@@ -32,6 +34,20 @@ void score_row(const float* logits, int64_t experts, bool sigmoid, float* out) {
   for (int64_t e = 0; e < experts; ++e) out[e] *= inv;
 }
 
+// Expert ids, row offsets and row numbers are carried in fp32 buffers, which
+// hold every integer up to 2^24 exactly and not all beyond. check_model_limits
+// (models/limits.h) keeps tokens x top_k within it for a user; this is the
+// kernels' own guard, so a caller past it fails instead of routing rows wrongly.
+constexpr int64_t kMaxExactFloatIndex = int64_t{1} << 24;
+
+void check_exact_indices(const char* who, int64_t rows, int64_t experts) {
+  if (rows > kMaxExactFloatIndex || experts > kMaxExactFloatIndex) {
+    throw std::invalid_argument(std::string(who) + ": " + std::to_string(rows) + " rows and " +
+                                std::to_string(experts) +
+                                " experts; fp32 indices are exact only up to 2^24");
+  }
+}
+
 // For each (token, slot), the sorted row holding it: the inverse of perm.
 std::vector<int64_t> slot_rows(const float* perm, int64_t n) {
   std::vector<int64_t> inv(n);
@@ -44,6 +60,7 @@ std::vector<int64_t> slot_rows(const float* perm, int64_t n) {
 void moe_route_forward(const float* logits, const float* expert_bias, int64_t tokens,
                        int64_t experts, int64_t top_k, bool sigmoid, float* out_scores,
                        float* out_indices, float* counts) {
+  check_exact_indices("moe_route_forward", tokens * top_k, experts);
 #pragma omp parallel for schedule(static) if (tokens * experts >= detail::kParallelMin)
   for (int64_t t = 0; t < tokens; ++t) {
     std::vector<float> scores(experts);
@@ -96,6 +113,7 @@ void moe_dispatch_forward(const float* x, const float* scores, const float* indi
                           int64_t tokens, int64_t dim, int64_t top_k, int64_t experts,
                           float* rows, float* offsets, float* perm) {
   const int64_t n = tokens * top_k;
+  check_exact_indices("moe_dispatch_forward", n, experts);
   // Counting sort by expert, stable in (token, slot) order.
   std::vector<int64_t> next(experts + 1, 0);
   for (int64_t i = 0; i < n; ++i) ++next[static_cast<int64_t>(indices[i]) + 1];
