@@ -174,7 +174,10 @@ void write_npy(const std::string& path, const std::string& descr, const void* da
 
 }  // namespace
 
-std::vector<int32_t> read_npy_tokens(const std::string& path) {
+namespace {
+
+// A regular file opened for reading, and its size.
+std::ifstream open_token_file(const std::string& path, int64_t* file_size) {
   namespace fs = std::filesystem;
   std::error_code ec;
   const auto status = fs::status(path, ec);
@@ -184,8 +187,14 @@ std::vector<int32_t> read_npy_tokens(const std::string& path) {
     fail(path, "is not a regular file (a device, FIFO or socket), expected a .npy token file");
   std::ifstream in(path, std::ios::binary);
   if (!in) fail(path, std::string("cannot open: ") + std::strerror(errno));
-  const int64_t file_size = static_cast<int64_t>(fs::file_size(path, ec));
+  *file_size = static_cast<int64_t>(fs::file_size(path, ec));
+  return in;
+}
 
+// The header's raw dict text, after the magic, version and length fields;
+// `data_offset` is where the array's bytes start.
+std::string read_header_text(std::ifstream& in, const std::string& path, int64_t file_size,
+                             int64_t* data_offset) {
   char prefix[kMagicSize + 2] = {};
   in.read(prefix, sizeof prefix);
   if (in.gcount() < static_cast<std::streamsize>(kMagicSize) ||
@@ -205,40 +214,59 @@ std::vector<int32_t> read_npy_tokens(const std::string& path) {
   if (in.gcount() < length_bytes) fail(path, "truncated header (file ends inside its length)");
   uint64_t header_length = 0;
   for (int i = length_bytes - 1; i >= 0; --i) header_length = header_length << 8 | length_raw[i];
-  const int64_t data_offset = static_cast<int64_t>(kMagicSize + 2 + length_bytes + header_length);
-  if (data_offset > file_size)
+  *data_offset = static_cast<int64_t>(kMagicSize + 2 + length_bytes + header_length);
+  if (*data_offset > file_size)
     fail(path, "truncated header: it says " + std::to_string(header_length) +
                    " bytes but the file has " + std::to_string(file_size) + " in all");
   std::string header(header_length, '\0');
   in.read(header.data(), static_cast<std::streamsize>(header_length));
+  return header;
+}
 
+struct TokenArray {
+  std::string descr;
+  int item_size = 0;
+  int64_t count = 0;
+};
+
+// The dtype and length of a 1-D token array, from the header dict.
+TokenArray parse_token_header(const std::string& path, const std::string& header) {
   std::map<std::string, HeaderValue> dict;
   if (!HeaderParser(header).parse(dict) || !dict.count("descr") || !dict.count("shape") ||
       !dict["shape"].is_tuple)
     fail(path, "malformed header (expected a dict with 'descr', 'fortran_order' and 'shape'): " +
                    header.substr(0, 120));
-  const std::string descr = dict["descr"].text;
+  TokenArray a;
+  a.descr = dict["descr"].text;
   const std::vector<int64_t> shape = dict["shape"].tuple;
   if (dict.count("fortran_order") && dict["fortran_order"].text != "False" &&
       dict["fortran_order"].text != "True")
     fail(path, "malformed header: fortran_order is '" + dict["fortran_order"].text + "'");
-  int item_size = 0;
-  if (descr == "<u2")
-    item_size = 2;
-  else if (descr == "<u4" || descr == "<i4")
-    item_size = 4;
-  else if (descr == "<i8")
-    item_size = 8;
+  if (a.descr == "<u2")
+    a.item_size = 2;
+  else if (a.descr == "<u4" || a.descr == "<i4")
+    a.item_size = 4;
+  else if (a.descr == "<i8")
+    a.item_size = 8;
   else
-    fail(path, "unsupported dtype '" + descr +
+    fail(path, "unsupported dtype '" + a.descr +
                    "', expected one of '<u2' (uint16), '<u4' (uint32), '<i4' (int32), "
                    "'<i8' (int64)");
 
   // fortran_order True is accepted: a 1-D array has the same bytes either way.
   if (shape.size() != 1)
     fail(path, "array of shape " + shape_text(shape) + ", expected a 1-D array of token ids");
+  a.count = shape[0];
+  return a;
+}
 
-  const int64_t count = shape[0];
+}  // namespace
+
+std::vector<int32_t> read_npy_tokens(const std::string& path) {
+  int64_t file_size = 0, data_offset = 0;
+  std::ifstream in = open_token_file(path, &file_size);
+  const TokenArray a = parse_token_header(path, read_header_text(in, path, file_size, &data_offset));
+  const int64_t count = a.count, item_size = a.item_size;
   const int64_t available = file_size - data_offset;
   if (count > available / item_size)
     fail(path, "truncated data: the shape says " + std::to_string(count) + " tokens of " +
@@ -255,11 +283,11 @@ std::vector<int32_t> read_npy_tokens(const std::string& path) {
     if (in.gcount() != n * item_size)
       fail(path, "truncated data: read failed at token " + std::to_string(first));
     int32_t* out = tokens.data() + first;
-    if (descr == "<u2")
+    if (a.descr == "<u2")
       convert<uint16_t>(path, chunk.data(), n, first, out);
-    else if (descr == "<u4")
+    else if (a.descr == "<u4")
       convert<uint32_t>(path, chunk.data(), n, first, out);
-    else if (descr == "<i4")
+    else if (a.descr == "<i4")
       convert<int32_t>(path, chunk.data(), n, first, out);
     else
       convert<int64_t>(path, chunk.data(), n, first, out);

@@ -116,35 +116,38 @@ void save_safetensors(const std::string& path, const std::vector<SafetensorsEntr
   out.commit();
 }
 
-SafetensorsReader SafetensorsReader::open(const std::string& path) {
+namespace {
+
+// The header's JSON object; `header_len` is its length in bytes.
+json read_header(const std::string& path, uint64_t* file_size, uint64_t* header_len) {
   std::error_code ec;
   const fs::file_status status = fs::status(path, ec);
   if (ec || !fs::exists(status)) fail(path, "no such file (expected a .safetensors file)");
   if (fs::is_directory(status)) fail(path, "is a directory, expected a .safetensors file");
   if (!fs::is_regular_file(status))
     fail(path, "is not a regular file (a device, FIFO or socket), expected a .safetensors file");
-  const uint64_t file_size = fs::file_size(path, ec);
+  *file_size = fs::file_size(path, ec);
   if (ec) fail(path, "cannot determine its size: " + ec.message());
 
   std::ifstream in(path, std::ios::binary);
   if (!in) fail(path, "cannot open for reading");
-  if (file_size < 8)
+  if (*file_size < 8)
     fail(path,
-         "is " + std::to_string(file_size) +
+         "is " + std::to_string(*file_size) +
              " bytes long, shorter than the 8-byte header length a safetensors file starts with");
   unsigned char len_bytes[8];
   in.read(reinterpret_cast<char*>(len_bytes), 8);
   if (!in) fail(path, "cannot read the 8-byte header length");
-  uint64_t header_len = 0;
-  for (int i = 0; i < 8; ++i) header_len |= static_cast<uint64_t>(len_bytes[i]) << (8 * i);
-  if (header_len > file_size - 8)
-    fail(path, "header length " + std::to_string(header_len) + " is larger than the " +
-                   std::to_string(file_size - 8) +
+  *header_len = 0;
+  for (int i = 0; i < 8; ++i) *header_len |= static_cast<uint64_t>(len_bytes[i]) << (8 * i);
+  if (*header_len > *file_size - 8)
+    fail(path, "header length " + std::to_string(*header_len) + " is larger than the " +
+                   std::to_string(*file_size - 8) +
                    " bytes that follow it (truncated or not a safetensors file)");
 
-  std::string text(header_len, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(header_len));
-  if (!in) fail(path, "cannot read the " + std::to_string(header_len) + "-byte header");
+  std::string text(*header_len, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(*header_len));
+  if (!in) fail(path, "cannot read the " + std::to_string(*header_len) + "-byte header");
   json header;
   try {
     header = json::parse(text);
@@ -152,7 +155,53 @@ SafetensorsReader SafetensorsReader::open(const std::string& path) {
     fail(path, std::string("header is not valid JSON: ") + e.what());
   }
   if (!header.is_object()) fail(path, "header must be a JSON object of tensor entries");
+  return header;
+}
 
+}  // namespace
+
+SafetensorsReader::Info SafetensorsReader::parse_entry(const std::string& path,
+                                                       const std::string& name, const json& entry,
+                                                       uint64_t data_start, uint64_t data_size) {
+  const std::string where = "tensor '" + name + "': ";
+  if (!entry.is_object() || !entry.contains("dtype") || !entry.contains("shape") ||
+      !entry.contains("data_offsets"))
+    fail(path, where + "expected an object with dtype, shape and data_offsets");
+  const json& dtype = entry["dtype"];
+  if (!dtype.is_string() || dtype.get<std::string>() != "F32")
+    fail(path, where + "dtype " + dtype.dump() + " is not supported, expected \"F32\" (fp32)");
+  Info info;
+  if (!entry["shape"].is_array())
+    fail(path, where + "shape must be an array of non-negative integers");
+  for (const json& d : entry["shape"]) {
+    uint64_t u = 0;
+    if (!as_offset(d, u) || u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+      fail(path, where + "shape must be an array of non-negative integers, got " +
+                     entry["shape"].dump());
+    info.shape.push_back(static_cast<int64_t>(u));
+  }
+  const json& offsets = entry["data_offsets"];
+  uint64_t begin = 0, end = 0;
+  if (!offsets.is_array() || offsets.size() != 2 || !as_offset(offsets[0], begin) ||
+      !as_offset(offsets[1], end) || begin > end)
+    fail(path, where + "data_offsets must be [begin, end] with 0 <= begin <= end, got " +
+                   offsets.dump());
+  if (end > data_size)
+    fail(path, where + "data_offsets " + offsets.dump() + " lie outside the file (" +
+                   std::to_string(data_size) + " data bytes after the header)");
+  const int64_t n = checked_numel(info.shape, data_size / dtype_size(DType::kF32) + 1);
+  if (n < 0 || static_cast<uint64_t>(bytes_of(n, DType::kF32)) != end - begin)
+    fail(path, where + "data_offsets " + offsets.dump() + " span " + std::to_string(end - begin) +
+                   " bytes, but shape " + shape_string(info.shape) + " of F32 needs " +
+                   (n < 0 ? std::string("more") : std::to_string(bytes_of(n, DType::kF32))));
+  info.begin = data_start + begin;
+  info.bytes = end - begin;
+  return info;
+}
+
+SafetensorsReader SafetensorsReader::open(const std::string& path) {
+  uint64_t file_size = 0, header_len = 0;
+  const json header = read_header(path, &file_size, &header_len);
   SafetensorsReader reader;
   reader.path_ = path;
   const uint64_t data_start = 8 + header_len;
@@ -168,40 +217,7 @@ SafetensorsReader SafetensorsReader::open(const std::string& path) {
       }
       continue;
     }
-    const std::string where = "tensor '" + name + "': ";
-    if (!entry.is_object() || !entry.contains("dtype") || !entry.contains("shape") ||
-        !entry.contains("data_offsets"))
-      fail(path, where + "expected an object with dtype, shape and data_offsets");
-    const json& dtype = entry["dtype"];
-    if (!dtype.is_string() || dtype.get<std::string>() != "F32")
-      fail(path, where + "dtype " + dtype.dump() + " is not supported, expected \"F32\" (fp32)");
-    Info info;
-    if (!entry["shape"].is_array())
-      fail(path, where + "shape must be an array of non-negative integers");
-    for (const json& d : entry["shape"]) {
-      uint64_t u = 0;
-      if (!as_offset(d, u) || u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-        fail(path, where + "shape must be an array of non-negative integers, got " +
-                       entry["shape"].dump());
-      info.shape.push_back(static_cast<int64_t>(u));
-    }
-    const json& offsets = entry["data_offsets"];
-    uint64_t begin = 0, end = 0;
-    if (!offsets.is_array() || offsets.size() != 2 || !as_offset(offsets[0], begin) ||
-        !as_offset(offsets[1], end) || begin > end)
-      fail(path, where + "data_offsets must be [begin, end] with 0 <= begin <= end, got " +
-                     offsets.dump());
-    if (end > data_size)
-      fail(path, where + "data_offsets " + offsets.dump() + " lie outside the file (" +
-                     std::to_string(data_size) + " data bytes after the header)");
-    const int64_t n = checked_numel(info.shape, data_size / dtype_size(DType::kF32) + 1);
-    if (n < 0 || static_cast<uint64_t>(bytes_of(n, DType::kF32)) != end - begin)
-      fail(path, where + "data_offsets " + offsets.dump() + " span " + std::to_string(end - begin) +
-                     " bytes, but shape " + shape_string(info.shape) + " of F32 needs " +
-                     (n < 0 ? std::string("more") : std::to_string(bytes_of(n, DType::kF32))));
-    info.begin = data_start + begin;
-    info.bytes = end - begin;
-    reader.tensors_.emplace(name, std::move(info));
+    reader.tensors_.emplace(name, parse_entry(path, name, entry, data_start, data_size));
   }
   check_layout(path, reader.tensors_, data_start, data_size);
   reader.take_checksums();

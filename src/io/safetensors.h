@@ -25,6 +25,7 @@
 
 #include <cstdint>
 #include <map>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -73,6 +74,9 @@ class SafetensorsReader {
   const Info& info(const std::string& name) const;
   static void check_layout(const std::string& path, const std::map<std::string, Info>& tensors,
                            uint64_t data_start, uint64_t data_size);
+  // One header entry, checked against the data bytes that follow the header.
+  static Info parse_entry(const std::string& path, const std::string& name,
+                          const nlohmann::json& entry, uint64_t data_start, uint64_t data_size);
   void take_checksums();
 
   std::string path_;
