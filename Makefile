@@ -12,16 +12,17 @@ JOBS ?= $(shell nproc)
 FUZZ_SECONDS ?= 15
 # Debian packages the build, the tests and the default dataset need
 # (clang-14 and libclang-rt-14-dev: libFuzzer and the sanitizers of `make fuzz`;
+# clang-format-14: the format check of the tests and `make format`;
 # g++ brings libasan and libubsan for `make asan`).
 DEBIAN_PACKAGES := cmake ninja-build g++ pkg-config libopenblas-dev libtomlplusplus-dev \
 	nlohmann-json3-dev libgtest-dev libomp-dev python3-torch python3-numpy fortunes \
-	clang-14 libclang-rt-14-dev
+	clang-14 libclang-rt-14-dev clang-format-14
 # The sanitizers stop at the first report (the build also says
 # -fno-sanitize-recover) and LeakSanitizer runs at exit.
 SANITIZER_ENV := ASAN_OPTIONS=detect_leaks=1:detect_stack_use_after_return=1:check_initialization_order=1:strict_init_order=1 \
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 
-.PHONY: run test deps build clean bench fuzz asan
+.PHONY: run test deps build clean bench fuzz asan format
 
 deps:
 	@missing=$$(for p in $(DEBIAN_PACKAGES); do \
@@ -66,3 +67,7 @@ bench: build
 
 clean:
 	rm -rf $(BUILD_DIR) $(FUZZ_DIR) $(ASAN_DIR)
+
+# Formats every C++ file as .clang-format says (the tests check it).
+format: deps
+	git ls-files 'src/*.cc' 'src/*.h' 'tests/*.cc' 'tests/*.h' | xargs clang-format-14 -i
