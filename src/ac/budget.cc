@@ -102,6 +102,30 @@ int64_t round_kept(int64_t kept, int64_t width, Rounding rounding) {
   return rounding == Rounding::kRelaxed ? kept / width * width : kept;
 }
 
+// The head of one option's extension list in a k-way merge of sorted lists:
+// `bytes` (kept bytes, or room needed) rising, `cost` falling along a list.
+struct Cursor {
+  int64_t bytes;
+  double cost;
+  int32_t option, state;
+};
+
+// Heap order: the smallest bytes first, and the cheapest among equals.
+bool later(const Cursor& x, const Cursor& y) {
+  return x.bytes != y.bytes ? x.bytes > y.bytes : x.cost > y.cost;
+}
+
+// After a dominated cursor, the next state of its list worth a look: the
+// first after `from` whose cost, plus the option's, is below `bar` (costs
+// fall along a list, so a binary search finds it).
+template <typename StateT>
+int32_t first_cheaper(const std::vector<StateT>& list, int32_t from, int32_t end, double bar) {
+  return static_cast<int32_t>(
+      std::partition_point(list.begin() + from, list.begin() + end,
+                           [bar](const StateT& st) { return st.cost >= bar; }) -
+      list.begin());
+}
+
 // The states after block b: each option extends a prefix of the previous
 // states, and the extensions are merged into a new Pareto front.
 void extend_front(const BudgetProblem& pb, int32_t b, const std::vector<State>& prev,
@@ -111,14 +135,6 @@ void extend_front(const BudgetProblem& pb, int32_t b, const std::vector<State>& 
   // Each option extends a prefix of the previous states (those that leave
   // room for its window); each extension is sorted by kept bytes with
   // falling cost, so a k-way merge yields the new front in order.
-  struct Cursor {
-    int64_t kept;
-    double cost;
-    int32_t option, state;
-  };
-  auto later = [](const Cursor& x, const Cursor& y) {
-    return x.kept != y.kept ? x.kept > y.kept : x.cost > y.cost;
-  };
   auto at = [&](int32_t o, int32_t s) {
     return Cursor{round_kept(prev[s].kept + opts[o].kept_bytes, width, rounding),
                   prev[s].cost + opts[o].cost, o, s};
@@ -138,31 +154,25 @@ void extend_front(const BudgetProblem& pb, int32_t b, const std::vector<State>& 
     std::pop_heap(heap.begin(), heap.end(), later);
     const Cursor c = heap.back();
     heap.pop_back();
-    if (c.kept > room) continue;  // and so is the rest of this option's list
+    if (c.bytes > room) continue;  // and so is the rest of this option's list
     const bool dominated = !layer.empty() && c.cost >= layer.back().cost;
-    // The next state of this option's list worth a look: after a dominated
-    // one, skip every later state the last state of the layer also
-    // dominates (more kept bytes, and costs fall along prev, so a binary
-    // search finds the first one cheaper than it).
-    int32_t next = c.state + 1;
-    if (dominated) {
-      const double beat = layer.back().cost - opts[c.option].cost;
-      next = static_cast<int32_t>(
-          std::partition_point(prev.begin() + next, prev.begin() + usable[c.option],
-                               [beat](const State& st) { return st.cost >= beat; }) -
-          prev.begin());
-    }
+    // After a dominated state, skip every later one the layer's last state
+    // also dominates.
+    const int32_t next =
+        dominated ? first_cheaper(prev, c.state + 1, usable[c.option],
+                                  layer.back().cost - opts[c.option].cost)
+                  : c.state + 1;
     if (next < usable[c.option]) {
       heap.push_back(at(c.option, next));
       std::push_heap(heap.begin(), heap.end(), later);
     }
     if (dominated) continue;
-    const double rest = rest_lower_bound(pb, b + 1, budget - c.kept);
+    const double rest = rest_lower_bound(pb, b + 1, budget - c.bytes);
     if (rest == std::numeric_limits<double>::infinity()) continue;  // the rest cannot fit
     if (cost_cap != kNoCostCap && !cost_leq(c.cost + rest, cost_cap)) {
       continue;  // cannot beat a plan already known
     }
-    const State st{c.kept, c.cost, c.state, c.option};
+    const State st{c.bytes, c.cost, c.state, c.option};
     // Thinned: a cheaper state in the same bucket replaces the last one.
     if (rounding == Rounding::kThinned && !layer.empty() &&
         layer.back().kept / width == st.kept / width) {
@@ -332,14 +342,6 @@ bool suffix_fronts(const BudgetProblem& pb, int64_t budget, double cost_cap,
                               ? kNoCostCap
                               : std::nextafter(cost_cap + 1e-9 * std::max(1.0, std::abs(cost_cap)),
                                                kNoCostCap);
-  struct Cursor {
-    int64_t room;
-    double cost;
-    int32_t option, state;
-  };
-  auto later = [](const Cursor& x, const Cursor& y) {
-    return x.room != y.room ? x.room > y.room : x.cost > y.cost;
-  };
   for (int32_t b = n - 1; b >= 0; --b) {
     const auto& next = fronts[b + 1];
     if (next.empty()) return true;
@@ -365,25 +367,20 @@ bool suffix_fronts(const BudgetProblem& pb, int64_t budget, double cost_cap,
       std::pop_heap(heap.begin(), heap.end(), later);
       const Cursor c = heap.back();
       heap.pop_back();
-      if (c.room > room_limit) break;  // and so is every state still to come
+      if (c.bytes > room_limit) break;  // and so is every state still to come
       const double bar = layer.empty() ? too_dear : std::min(too_dear, layer.back().cost);
       const bool dominated = c.cost >= bar;
       // After a dominated (or too dear) state, skip the following ones that
-      // are too (costs fall along `next`: a binary search).
-      int32_t following = c.state + 1;
-      if (dominated) {
-        const double beat = bar - opts[c.option].cost;
-        following = static_cast<int32_t>(
-            std::partition_point(next.begin() + following, next.end(),
-                                 [beat](const SuffixState& st) { return st.cost >= beat; }) -
-            next.begin());
-      }
+      // are too.
+      const int32_t following =
+          dominated ? first_cheaper(next, c.state + 1, size, bar - opts[c.option].cost)
+                    : c.state + 1;
       if (following < size) {
         heap.push_back(at(c.option, following));
         std::push_heap(heap.begin(), heap.end(), later);
       }
       if (dominated) continue;
-      layer.push_back({c.room, c.cost, c.state, c.option});
+      layer.push_back({c.bytes, c.cost, c.state, c.option});
     }
     if (layer.size() > kExactStates) return false;
   }
