@@ -16,6 +16,9 @@ const char* const kUsage =
     "          --maximize throughput for the batch size and plan with the most tokens/s\n"
     "  grads   one forward/backward pass; --tokens FILE.npy --out FILE.safetensors\n"
     "          (the gradient dump the PyTorch oracle test compares)\n"
+    "  tokenizer train --input FILE --vocab_size N --output FILE.model\n"
+    "          [--model_type bpe|unigram]: a SentencePiece tokenizer for model.tokenizer_path\n"
+    "          (needs no --config)\n"
     "Any config key can be overridden as --section.key value or --section.key=value.\n";
 
 namespace {

@@ -7,8 +7,10 @@
 #include <vector>
 
 #include "cli/arguments.h"
+#include "cli/tokenizer_command.h"
 #include "core/error.h"
 #include "io/config.h"
+#include "io/tokenizer.h"
 #include "planner/pareto_output.h"
 #include "planner/plan_command.h"
 #include "train/evaluate.h"
@@ -36,13 +38,16 @@ PlanCommandOptions plan_options(const CommandLine& c) {
 int dispatch(int argc, char** argv) {
   std::vector<std::string> args;
   for (int i = 1; i < argc; ++i) args.push_back(argv[i]);
+  if (!args.empty() && args[0] == "tokenizer")  // needs no job config
+    return run_tokenizer_command({args.begin() + 1, args.end()});
   const CommandLine c = parse_command_line(args);
   if (c.command == "help") {
     std::fputs(kUsage, stdout);
     return 0;
   }
   const PlanCommandOptions plan = c.command == "plan" ? plan_options(c) : PlanCommandOptions{};
-  const JobConfig config = load_job_config(c.config_path, c.overrides);
+  JobConfig config = load_job_config(c.config_path, c.overrides);
+  resolve_tokenizer(config);
   if (c.command == "train") return run_train(config);
   if (c.command == "eval") return run_eval(config);
   if (c.command == "plan") return run_plan(config, plan);

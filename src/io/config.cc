@@ -54,6 +54,7 @@ std::vector<Field> fields_of(JobConfig& c) {
       REMAT_FIELD(model, flavor),
       REMAT_FIELD(model, vocab_size),
       REMAT_FIELD(model, tokenizer),
+      REMAT_FIELD(model, tokenizer_path),
       REMAT_FIELD(model, dim),
       REMAT_FIELD(model, n_layers),
       REMAT_FIELD(model, n_heads),

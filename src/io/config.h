@@ -28,8 +28,9 @@ struct JobConfig {
   struct Model {
     std::string name = "llama3";          // "llama3" | "llama4"
     std::string flavor = "debugmodel";
-    int64_t vocab_size = 0;               // 0: the flavor's default
-    std::string tokenizer = "byte";
+    int64_t vocab_size = 0;               // 0: the tokenizer's, else the flavor's
+    std::string tokenizer = "byte";       // "byte" or a tokenizer file
+    std::string tokenizer_path;           // torchtitan's key: a SentencePiece .model
     // Architecture overrides on top of the flavor (0 / negative: flavor's).
     // Used for test models and the benchmark's wider model.
     int64_t dim = 0;

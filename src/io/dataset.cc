@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
@@ -48,16 +49,6 @@ std::string read_text_file(const std::string& path) {
   }
 }
 
-ByteTokenizer text_tokenizer(const std::string& tokenizer, const std::string& path,
-                             int64_t vocab_size) {
-  if (tokenizer != "byte")
-    throw InputError("dataset error: '" + path +
-                     "' is text, and only the byte tokenizer can "
-                     "tokenise text (model.tokenizer = \"" +
-                     tokenizer + "\"); set model.tokenizer = \"byte\" or give a .npy token file");
-  return ByteTokenizer(vocab_size);
-}
-
 bool has_extension(const std::string& path, const std::string& ext) {
   std::string actual = fs::path(path).extension().string();
   std::transform(actual.begin(), actual.end(), actual.begin(),
@@ -67,7 +58,7 @@ bool has_extension(const std::string& path, const std::string& ext) {
 
 // Each line is {"text": "..."}; other fields are ignored.
 int64_t append_jsonl(const std::string& path, const std::string& content,
-                     const ByteTokenizer& tokenizer, std::vector<int32_t>& out) {
+                     const Tokenizer& tokenizer, std::vector<int32_t>& out) {
   int64_t documents = 0;
   std::istringstream lines(content);
   std::string line;
@@ -90,7 +81,7 @@ int64_t append_jsonl(const std::string& path, const std::string& content,
 }
 
 // Splits a fortune file at lines holding only "%" and appends each quote.
-int64_t append_fortunes(const std::string& content, const ByteTokenizer& tokenizer,
+int64_t append_fortunes(const std::string& content, const Tokenizer& tokenizer,
                         std::vector<int32_t>& out) {
   int64_t quotes = 0;
   std::string quote;
@@ -128,20 +119,21 @@ TokenDataset load_token_file(const std::string& path, const std::string& tokeniz
     data.description = "'" + path + "' (token ids): " + with_commas(data.tokens.size()) + " tokens";
     return data;
   }
-  const ByteTokenizer byte_tokenizer = text_tokenizer(tokenizer, path, vocab_size);
+  const std::unique_ptr<Tokenizer> text_tokenizer = make_tokenizer(tokenizer, vocab_size);
   const std::string content = read_text_file(path);
   if (has_extension(path, ".jsonl")) {
-    const int64_t documents = append_jsonl(path, content, byte_tokenizer, data.tokens);
+    const int64_t documents = append_jsonl(path, content, *text_tokenizer, data.tokens);
     data.description = "'" + path + "' (JSONL, " + with_commas(documents) +
                        " documents): " + with_commas(data.tokens.size()) + " tokens";
   } else {
-    byte_tokenizer.append_document(content, data.tokens);
+    text_tokenizer->append_document(content, data.tokens);
     data.description = "'" + path + "' (text): " + with_commas(data.tokens.size()) + " tokens";
   }
   return data;
 }
 
-TokenDataset load_fortunes(const std::string& dir, int64_t vocab_size) {
+TokenDataset load_fortunes(const std::string& dir, int64_t vocab_size,
+                           const std::string& tokenizer) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec))
     throw InputError(
@@ -150,7 +142,7 @@ TokenDataset load_fortunes(const std::string& dir, int64_t vocab_size) {
         dir +
         ", which is missing; install it (apt-get install fortunes; `make run` "
         "does it) or set training.dataset_path to a .txt, .jsonl or .npy file");
-  const ByteTokenizer tokenizer(vocab_size);
+  const std::unique_ptr<Tokenizer> text_tokenizer = make_tokenizer(tokenizer, vocab_size);
   std::vector<std::string> files;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     const fs::path& p = entry.path();
@@ -165,7 +157,7 @@ TokenDataset load_fortunes(const std::string& dir, int64_t vocab_size) {
   TokenDataset data;
   int64_t quotes = 0;
   for (const auto& file : files)
-    quotes += append_fortunes(read_text_file(file), tokenizer, data.tokens);
+    quotes += append_fortunes(read_text_file(file), *text_tokenizer, data.tokens);
   if (data.tokens.empty())
     throw InputError("dataset error: no fortune files found in " + dir +
                      "; reinstall the Debian package `fortunes`");
@@ -183,12 +175,7 @@ TokenDataset load_training_tokens(const JobConfig& cfg, int64_t vocab_size) {
     throw InputError("config error: training.dataset = \"" + t.dataset +
                      "\": unknown dataset (known: fortunes); or set training.dataset_path to a "
                      ".txt, .jsonl or .npy file");
-  if (cfg.model.tokenizer != "byte")
-    throw InputError(
-        "dataset error: the fortunes dataset is text, and only the byte tokenizer "
-        "can tokenise text (model.tokenizer = \"" +
-        cfg.model.tokenizer + "\")");
-  return load_fortunes(kFortunesDir, vocab_size);
+  return load_fortunes(kFortunesDir, vocab_size, cfg.model.tokenizer);
 }
 
 BatchLoader::BatchLoader(std::vector<int32_t> tokens, int64_t batch_size, int64_t seq_len,

@@ -1,8 +1,9 @@
 // Training and evaluation data: files or the built-in corpus -> token ids ->
 // (inputs, targets) batches.
 //
-// Text is tokenised with the byte tokenizer, each document as BOS + bytes +
-// EOS. A .npy file already holds token ids. Nothing is ever downloaded: the
+// Text is tokenised with the job's tokenizer (io/tokenizer.h; the byte
+// tokenizer by default), each document as BOS + its ids + EOS. A .npy file
+// already holds token ids. Nothing is ever downloaded: the
 // default corpus is the quotes of the Debian package `fortunes`.
 #pragma once
 
@@ -27,13 +28,15 @@ struct TokenDataset {
 // The training tokens of a job: training.dataset_path if set, else the
 // built-in dataset named by training.dataset ("fortunes"). Every id is
 // < vocab_size. Throws InputError for an unknown dataset name, an unreadable
-// or malformed file, an id >= vocab_size, or text with a tokenizer other than
-// "byte" (model.tokenizer).
+// or malformed file, an id >= vocab_size, or a tokenizer (model.tokenizer:
+// "byte" or a .model file) that cannot be loaded or whose vocabulary is not
+// vocab_size.
 TokenDataset load_training_tokens(const JobConfig& cfg, int64_t vocab_size);
 
 // One file, by extension: ".npy" token ids, ".jsonl" one JSON object with a
 // string field "text" per line (blank lines skipped), anything else plain
-// text (the whole file is one document). Used for training.dataset_path and
+// text (the whole file is one document), text tokenised with `tokenizer` as
+// make_tokenizer takes it. Used for training.dataset_path and
 // validation.dataset.
 TokenDataset load_token_file(const std::string& path, const std::string& tokenizer,
                              int64_t vocab_size);
@@ -41,7 +44,8 @@ TokenDataset load_token_file(const std::string& path, const std::string& tokeniz
 // The `fortunes` corpus: every data file directly in `dir` (not the .dat
 // indexes nor the .u8 links), sorted by name, split into quotes at lines
 // holding only "%"; each non-blank quote is one document.
-TokenDataset load_fortunes(const std::string& dir, int64_t vocab_size);
+TokenDataset load_fortunes(const std::string& dir, int64_t vocab_size,
+                           const std::string& tokenizer = "byte");
 
 // Training batches from a token stream. The stream is cut into windows of
 // seq_len + 1 tokens with stride seq_len (window w starts at token w*seq_len,

@@ -1,6 +1,7 @@
 #include "io/tokenizer.h"
 
 #include "core/error.h"
+#include "io/sentencepiece.h"
 
 namespace remat {
 
@@ -34,6 +35,34 @@ std::string ByteTokenizer::decode(std::span<const int32_t> ids) const {
       text += "\xEF\xBF\xBD";  // U+FFFD
   }
   return text;
+}
+
+std::unique_ptr<Tokenizer> make_tokenizer(const std::string& tokenizer, int64_t vocab_size) {
+  if (tokenizer == "byte") return std::make_unique<ByteTokenizer>(vocab_size);
+  auto file = std::make_unique<SentencePieceTokenizer>(tokenizer, "model.tokenizer");
+  if (file->vocab_size() != vocab_size)
+    throw InputError("model.tokenizer = \"" + tokenizer + "\" has " +
+                     std::to_string(file->vocab_size()) + " tokens, but model.vocab_size = " +
+                     std::to_string(vocab_size) + "; leave model.vocab_size unset to follow it");
+  return file;
+}
+
+void resolve_tokenizer(JobConfig& config) {
+  auto& m = config.model;
+  if (!m.tokenizer_path.empty()) {
+    if (m.tokenizer != "byte" && m.tokenizer != m.tokenizer_path)
+      throw InputError("model.tokenizer = \"" + m.tokenizer + "\" and model.tokenizer_path = \"" +
+                       m.tokenizer_path + "\" name two tokenizers; set only one");
+    m.tokenizer = m.tokenizer_path;
+  }
+  if (m.tokenizer == "byte") return;
+  const std::string key = m.tokenizer_path.empty() ? "model.tokenizer" : "model.tokenizer_path";
+  const int64_t size = SentencePieceTokenizer(m.tokenizer, key).vocab_size();
+  if (m.vocab_size != 0 && m.vocab_size != size)
+    throw InputError("model.vocab_size = " + std::to_string(m.vocab_size) + " differs from the " +
+                     std::to_string(size) + " tokens of " + key + " = \"" + m.tokenizer +
+                     "\"; leave model.vocab_size unset to follow the tokenizer");
+  m.vocab_size = size;
 }
 
 }  // namespace remat

@@ -1,0 +1,131 @@
+#include "io/sentencepiece.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "io/dataset.h"
+#include "io/tokenizer.h"
+
+namespace remat {
+namespace {
+
+namespace fs = std::filesystem;
+
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected an InputError";
+  return "";
+}
+
+// One small BPE model, trained once for the whole suite.
+class SentencePieceTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = fs::path(::testing::TempDir()) / ("remat_sentencepiece_" + std::to_string(getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    std::ofstream text(dir_ / "train.txt");
+    for (int i = 0; i < 200; ++i)
+      text << "the quick brown fox " << i << " jumps over the lazy dog\n"
+           << "a stitch in time saves nine, said the " << i % 7 << "th tailor\n";
+    text.close();
+    SentencePieceTrainOptions o;
+    o.input = (dir_ / "train.txt").string();
+    o.vocab_size = 120;
+    o.output = model_path();
+    train_sentencepiece(o);
+  }
+  static void TearDownTestSuite() { fs::remove_all(dir_); }
+  static std::string model_path() { return (dir_ / "tok.model").string(); }
+
+  static fs::path dir_;
+};
+fs::path SentencePieceTest::dir_;
+
+TEST_F(SentencePieceTest, EncodesDecodesAndWrapsDocuments) {
+  const SentencePieceTokenizer tok(model_path(), "model.tokenizer_path");
+  EXPECT_EQ(tok.vocab_size(), 120);
+  const std::vector<int32_t> ids = tok.encode("the lazy fox");
+  ASSERT_FALSE(ids.empty());
+  for (int32_t id : ids) EXPECT_LT(id, 120);
+  EXPECT_EQ(tok.decode(ids), "the lazy fox");
+  std::vector<int32_t> doc;
+  tok.append_document("the lazy fox", doc);
+  ASSERT_EQ(doc.size(), ids.size() + 2);
+  EXPECT_EQ(doc.front(), 1);  // SentencePiece's default bos_id
+  EXPECT_EQ(doc.back(), 2);   // and eos_id
+  EXPECT_EQ(std::vector<int32_t>(doc.begin() + 1, doc.end() - 1), ids);
+}
+
+TEST_F(SentencePieceTest, VocabSizeFollowsTheTokenizer) {
+  JobConfig c;
+  c.model.tokenizer_path = model_path();
+  resolve_tokenizer(c);
+  EXPECT_EQ(c.model.vocab_size, 120);
+  EXPECT_EQ(c.model.tokenizer, model_path());
+  resolve_tokenizer(c);  // idempotent: the size now set is the tokenizer's
+  EXPECT_EQ(c.model.vocab_size, 120);
+
+  JobConfig mismatch;
+  mismatch.model.tokenizer_path = model_path();
+  mismatch.model.vocab_size = 2048;
+  std::string e = error_of([&] { resolve_tokenizer(mismatch); });
+  EXPECT_NE(e.find("model.vocab_size = 2048 differs from the 120 tokens"), std::string::npos) << e;
+
+  JobConfig two;
+  two.model.tokenizer_path = model_path();
+  two.model.tokenizer = "other.model";
+  e = error_of([&] { resolve_tokenizer(two); });
+  EXPECT_NE(e.find("set only one"), std::string::npos) << e;
+
+  JobConfig byte;
+  resolve_tokenizer(byte);
+  EXPECT_EQ(byte.model.vocab_size, 0);  // the flavor's default stays
+}
+
+TEST_F(SentencePieceTest, TextDatasetsUseTheTokenizer) {
+  const std::string p = (dir_ / "data.txt").string();
+  std::ofstream(p) << "the lazy fox";
+  const SentencePieceTokenizer tok(model_path(), "model.tokenizer");
+  std::vector<int32_t> expected;
+  tok.append_document("the lazy fox", expected);
+  EXPECT_EQ(load_token_file(p, model_path(), 120).tokens, expected);
+  const std::string e = error_of([&] { load_token_file(p, model_path(), 2048); });
+  EXPECT_NE(e.find("has 120 tokens, but model.vocab_size = 2048"), std::string::npos) << e;
+}
+
+TEST_F(SentencePieceTest, BadFilesAndOptions) {
+  std::string e = error_of([&] { SentencePieceTokenizer((dir_ / "train.txt").string(), "k"); });
+  EXPECT_NE(e.find("not a SentencePiece .model file"), std::string::npos) << e;
+  SentencePieceTrainOptions o;
+  o.input = (dir_ / "train.txt").string();
+  o.output = (dir_ / "big.model").string();
+  o.vocab_size = 100000;
+  e = error_of([&] { train_sentencepiece(o); });
+  EXPECT_NE(e.find("Vocabulary size too high"), std::string::npos) << e;
+  EXPECT_FALSE(fs::exists(o.output));
+  EXPECT_FALSE(fs::exists(o.output + ".tmp"));
+  o.vocab_size = 100;
+  o.model_type = "char-ish";
+  e = error_of([&] { train_sentencepiece(o); });
+  EXPECT_NE(e.find("expected \"bpe\" or \"unigram\""), std::string::npos) << e;
+  o.model_type = "unigram";
+  o.input = (dir_ / "none.txt").string();
+  e = error_of([&] { train_sentencepiece(o); });
+  EXPECT_NE(e.find("none.txt"), std::string::npos) << e;
+  EXPECT_FALSE(fs::exists(o.output));
+}
+
+}  // namespace
+}  // namespace remat
