@@ -33,6 +33,18 @@ PlanCommandOptions plan_options(const CommandLine& c) {
   return options;
 }
 
+// What a run says about its config before anything else: the torchtitan keys
+// it ignores (one line) and, with job.print_args, the resolved config. On
+// stderr when stdout carries JSON (plan --json), so the JSON stays parseable.
+void print_startup(const JobConfig& config, FILE* out) {
+  const std::string ignored = format_ignored_keys(config);
+  if (!ignored.empty()) std::fprintf(out, "%s\n", ignored.c_str());
+  if (config.job.print_args) {
+    std::fprintf(out, "resolved config (job.print_args):\n%s", format_job_config(config).c_str());
+  }
+  std::fflush(out);
+}
+
 int dispatch(int argc, char** argv) {
   std::vector<std::string> args;
   for (int i = 1; i < argc; ++i) args.push_back(argv[i]);
@@ -43,6 +55,7 @@ int dispatch(int argc, char** argv) {
   }
   const PlanCommandOptions plan = c.command == "plan" ? plan_options(c) : PlanCommandOptions{};
   const JobConfig config = load_job_config(c.config_path, c.overrides);
+  print_startup(config, plan.json ? stderr : stdout);
   if (c.command == "train") return run_train(config);
   if (c.command == "eval") return run_eval(config);
   if (c.command == "plan") return run_plan(config, plan);

@@ -35,9 +35,11 @@ struct StepMetrics {
   double lr = 0;
 };
 
-// "step: 12  loss: 7.1234  grad_norm: 1.2345  memory: 3.21GiB(13.40%)
-//  tps: 1,234  tflops: 0.08  mfu: 41.20%  hfu: 45.10%"
-std::string format_log_line(const StepMetrics& m);
+// "step: 12  loss: 7.1234  grad_norm: 1.2345  memory:  3.21GiB(13.40%)
+//  tps: 1,234  tflops: 0.08  mfu: 41.20%  hfu: 45.10%", torchtitan's line:
+// memory always in GiB, as "%5.2f". With `color`, each field in torchtitan's
+// ANSI colour (for a terminal only: a file or pipe gets plain text).
+std::string format_log_line(const StepMetrics& m, bool color = false);
 std::string format_bytes(int64_t bytes);        // "3.21GiB", "512.00MiB"
 std::string with_thousands(int64_t value);      // "1,234"
 
