@@ -273,13 +273,16 @@ class Schema {
  public:
   explicit Schema(JobConfig& config) : fields_(fields_of(config)) {
     for (const ForeignKey& k : kTorchtitanOnly) {
+      // A key that gains a JobConfig field is honored: it leaves the table.
+      if (find(k.section, k.key))
+        throw std::logic_error("config: " + std::string(k.section) + "." + std::string(k.key) +
+                               " is both a field and in kTorchtitanOnly");
       ForeignValue& value = foreign_values_.emplace_back(initial_value(k.kind));
       fields_.push_back(Field{k.section, k.key,
                               std::visit([](auto& v) -> FieldRef { return &v; }, value), &k});
     }
   }
 
-  const std::vector<Field>& fields() const { return fields_; }
   std::vector<std::string> sections() const {
     std::vector<std::string> out;
     for (const auto& f : fields_)
