@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <exception>
+#include <filesystem>
 #include <map>
 #include <string>
 #include <vector>
@@ -35,6 +36,18 @@ PlanCommandOptions plan_options(const CommandLine& c) {
   return options;
 }
 
+// What a run says about its config before anything else: the torchtitan keys
+// it ignores (one line) and, with job.print_args, the resolved config. On
+// stderr when stdout carries JSON (plan --json), so the JSON stays parseable.
+void print_startup(const JobConfig& config, FILE* out) {
+  const std::string ignored = format_ignored_keys(config);
+  if (!ignored.empty()) std::fprintf(out, "%s\n", ignored.c_str());
+  if (config.job.print_args) {
+    std::fprintf(out, "resolved config (job.print_args):\n%s", format_job_config(config).c_str());
+  }
+  std::fflush(out);
+}
+
 int dispatch(int argc, char** argv) {
   std::vector<std::string> args;
   for (int i = 1; i < argc; ++i) args.push_back(argv[i]);
@@ -47,7 +60,19 @@ int dispatch(int argc, char** argv) {
   }
   const PlanCommandOptions plan = c.command == "plan" ? plan_options(c) : PlanCommandOptions{};
   JobConfig config = load_job_config(c.config_path, c.overrides);
+  FILE* notes = plan.json ? stderr : stdout;
+  // Planning reads no data: a torchtitan config naming a tokenizer that is
+  // not on this machine still plans, at the flavor's vocabulary size.
+  const std::string& tokenizer_path = config.model.tokenizer_path;
+  if (c.command == "plan" && !tokenizer_path.empty() && !std::filesystem::exists(tokenizer_path)) {
+    std::fprintf(notes,
+                 "model.tokenizer_path \"%s\" is not on this machine: planning with the "
+                 "flavor's vocab_size\n",
+                 tokenizer_path.c_str());
+    config.model.tokenizer_path.clear();
+  }
   resolve_tokenizer(config);
+  print_startup(config, notes);
   if (c.command == "train") return run_train(config);
   if (c.command == "eval") return run_eval(config);
   if (c.command == "plan") return run_plan(config, plan);

@@ -3,7 +3,10 @@
 // One table (fields_of) lists every key of JobConfig with a pointer to its
 // member; parsing, overrides, error messages and validation all read that
 // table, so a key added to the struct and the table is accepted everywhere
-// with the same name and type.
+// with the same name and type. A second table (kTorchtitanOnly) lists the
+// torchtitan keys this engine accepts without honoring them; their values
+// live in the Schema, are type-checked like any other, and end up only in
+// JobConfig::ignored_keys.
 #include "io/config.h"
 
 #include <toml++/toml.h>
@@ -15,6 +18,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -35,10 +39,50 @@ namespace {
 using FieldRef = std::variant<int64_t*, double*, bool*, std::string*, std::vector<std::string>*,
                               NumberOrAuto*>;
 
+// A torchtitan key without a JobConfig field (spec.md §1: listed as ignored).
+struct ForeignKey {
+  std::string_view section, key;
+  char kind;                 // 'b' bool, 'i' integer, 's' string, 'l' list of strings
+  std::string_view reason;   // "GPU-only" or "not built"
+  // The value (as render() writes it) that asks for nothing this engine
+  // lacks, so setting it is honoring it; "" when every value asks for more.
+  std::string_view neutral;
+};
+
+// torchtitan's July 2025 job config keys that this engine does not honor, in
+// torchtitan's order.
+constexpr ForeignKey kTorchtitanOnly[] = {
+    {"job", "use_for_integration_test", 'b', "not built", "false"},
+    {"profiling", "save_traces_folder", 's', "not built", ""},
+    {"profiling", "profile_freq", 'i', "not built", ""},
+    {"profiling", "enable_memory_snapshot", 'b', "not built", "false"},
+    {"profiling", "save_memory_snapshot_folder", 's', "not built", ""},
+    {"metrics", "enable_tensorboard", 'b', "not built", "false"},
+    {"metrics", "save_tb_folder", 's', "not built", ""},
+    {"metrics", "enable_wandb", 'b', "not built", "false"},
+    {"training", "compile", 'b', "GPU-only", "false"},
+    {"parallelism", "data_parallel_replicate_degree", 'i', "not built", "1"},
+    {"parallelism", "fsdp_reshard_after_forward", 's', "not built", "\"default\""},
+    {"parallelism", "tensor_parallel_degree", 'i', "not built", "1"},
+    {"parallelism", "enable_async_tensor_parallel", 'b', "GPU-only", "false"},
+    {"parallelism", "pipeline_parallel_degree", 'i', "not built", "1"},
+    {"parallelism", "context_parallel_degree", 'i', "not built", "1"},
+    {"parallelism", "expert_parallel_degree", 'i', "not built", "1"},
+    {"checkpoint", "last_save_model_weights_only", 'b', "not built", "false"},
+    {"checkpoint", "export_dtype", 's', "not built", "\"float32\""},
+    {"checkpoint", "async_mode", 's', "not built", "\"disabled\""},
+    {"float8", "enable_fsdp_float8_all_gather", 'b', "GPU-only", "false"},
+    {"float8", "precompute_float8_dynamic_scale_for_fsdp", 'b', "GPU-only", "false"},
+    {"float8", "filter_fqns", 'l', "GPU-only", ""},
+    {"float8", "moe_fqns", 'l', "GPU-only", ""},
+};
+
 struct Field {
   std::string_view section;
   std::string_view key;
   FieldRef ref;
+  const ForeignKey* foreign = nullptr;  // set for a key of kTorchtitanOnly
+  bool alias = false;                   // another name for a field listed before it
   std::string name() const { return std::string(section) + "." + std::string(key); }
 };
 
@@ -50,6 +94,7 @@ std::vector<Field> fields_of(JobConfig& c) {
   return {
       REMAT_FIELD(job, description),
       REMAT_FIELD(job, dump_folder),
+      REMAT_FIELD(job, print_args),
       REMAT_FIELD(model, name),
       REMAT_FIELD(model, flavor),
       REMAT_FIELD(model, vocab_size),
@@ -96,7 +141,9 @@ std::vector<Field> fields_of(JobConfig& c) {
       REMAT_FIELD(metrics, log_freq),
       REMAT_FIELD(metrics, jsonl_path),
       REMAT_FIELD(metrics, peak_flops),
+      REMAT_FIELD(metrics, disable_color_printing),
       REMAT_FIELD(checkpoint, enable),
+      Field{"checkpoint", "enable_checkpoint", &c.checkpoint.enable, nullptr, /*alias=*/true},
       REMAT_FIELD(checkpoint, folder),
       REMAT_FIELD(checkpoint, interval),
       REMAT_FIELD(checkpoint, load),
@@ -107,6 +154,7 @@ std::vector<Field> fields_of(JobConfig& c) {
       REMAT_FIELD(validation, steps),
       REMAT_FIELD(parallelism, data_parallel_shard_degree),
       REMAT_FIELD(memory, limit),
+      REMAT_FIELD(profiling, enable_profiling),
   };
 }
 #undef REMAT_FIELD
@@ -143,6 +191,36 @@ std::string render(const FieldRef& ref) {
   return std::visit(visitor, ref);
 }
 
+// A TOML basic string: quotes, backslashes and control characters escaped.
+std::string toml_string(std::string_view s) {
+  std::string out = "\"";
+  for (const char ch : s) {
+    const auto byte = static_cast<unsigned char>(ch);
+    if (ch == '"' || ch == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (byte < 0x20 || byte == 0x7f) {
+      char escape[8];
+      std::snprintf(escape, sizeof escape, "\\u%04x", byte);
+      out += escape;
+    } else {
+      out += ch;
+    }
+  }
+  return out + "\"";
+}
+
+// The value as TOML that parse_job_config reads back to the same value.
+std::string toml_value(const FieldRef& ref) {
+  if (const auto* text = std::get_if<std::string*>(&ref)) return toml_string(**text);
+  if (const auto* list = std::get_if<std::vector<std::string>*>(&ref)) {
+    std::vector<std::string> items;
+    for (const auto& s : **list) items.push_back(toml_string(s));
+    return "[" + join(items, ", ") + "]";
+  }
+  return render(ref);  // numbers, booleans and "auto" are already TOML
+}
+
 const char* expectation(const FieldRef& ref) {
   static const char* const kByIndex[] = {"expected an integer", "expected a number",
                                          "expected true or false", "expected a string",
@@ -151,15 +229,64 @@ const char* expectation(const FieldRef& ref) {
   return kByIndex[ref.index()];
 }
 
+// Levenshtein distance (insertions, deletions, substitutions), for did-you-mean.
+size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t substituted = diagonal + (a[i - 1] == b[j - 1] ? 0 : 1);
+      diagonal = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, substituted});
+    }
+  }
+  return row[b.size()];
+}
+
+// The candidate nearest to `name`, if it is near enough to be a typo of it
+// (at most 2 edits, or a third of the name); "" otherwise.
+std::string nearest(std::string_view name, const std::vector<std::string>& candidates) {
+  const size_t limit = std::max<size_t>(2, name.size() / 3);
+  std::string best;
+  size_t best_distance = limit + 1;
+  for (const std::string& c : candidates) {
+    const size_t d = edit_distance(name, c);
+    if (d < best_distance) best = c, best_distance = d;
+  }
+  return best;
+}
+
+// A value of a kTorchtitanOnly key, of the type its kind names.
+using ForeignValue = std::variant<int64_t, bool, std::string, std::vector<std::string>>;
+
+ForeignValue initial_value(char kind) {
+  if (kind == 'b') return false;
+  if (kind == 'i') return int64_t{0};
+  if (kind == 's') return std::string();
+  return std::vector<std::string>();
+}
+
 // The key table plus where each key was last set, for error messages.
 class Schema {
  public:
-  explicit Schema(JobConfig& config) : fields_(fields_of(config)) {}
+  explicit Schema(JobConfig& config) : fields_(fields_of(config)) {
+    for (const ForeignKey& k : kTorchtitanOnly) {
+      // A key that gains a JobConfig field is honored: it leaves the table.
+      if (find(k.section, k.key))
+        throw std::logic_error("config: " + std::string(k.section) + "." + std::string(k.key) +
+                               " is both a field and in kTorchtitanOnly");
+      ForeignValue& value = foreign_values_.emplace_back(initial_value(k.kind));
+      fields_.push_back(Field{k.section, k.key,
+                              std::visit([](auto& v) -> FieldRef { return &v; }, value), &k});
+    }
+  }
 
   std::vector<std::string> sections() const {
     std::vector<std::string> out;
     for (const auto& f : fields_)
-      if (out.empty() || out.back() != f.section) out.emplace_back(f.section);
+      if (std::find(out.begin(), out.end(), f.section) == out.end()) out.emplace_back(f.section);
     return out;
   }
   bool has_section(std::string_view section) const { return !keys_in(section).empty(); }
@@ -183,14 +310,16 @@ class Schema {
 
   // `where` is " in FILE" or " on the command line".
   [[noreturn]] void unknown_section(std::string_view section, const std::string& where) const {
+    const std::string guess = nearest(section, sections());
     throw InputError("config error: unknown section '" + std::string(section) + "'" + where +
+                     (guess.empty() ? "" : "; did you mean [" + guess + "]?") +
                      " (known sections: " + join(sections(), ", ") + ")");
   }
   [[noreturn]] void unknown_key(std::string_view section, std::string_view key,
                                 const std::string& where) const {
     throw InputError("config error: unknown key '" + std::string(section) + "." + std::string(key) +
-                     "'" + where + " (known keys in [" + std::string(section) +
-                     "]: " + join(keys_in(section), ", ") + ")");
+                     "'" + where + did_you_mean(section, key) + " (known keys in [" +
+                     std::string(section) + "]: " + join(keys_in(section), ", ") + ")");
   }
 
   void set_origin(const Field& f, std::string origin) { origins_[f.name()] = std::move(origin); }
@@ -199,8 +328,30 @@ class Schema {
     return it == origins_.end() ? " (the default)" : " (set " + it->second + ")";
   }
 
+  // "section.key (reason)" for each kTorchtitanOnly key that was set to a
+  // value asking for something this engine lacks.
+  std::vector<std::string> ignored_keys() const {
+    std::vector<std::string> out;
+    for (const Field& f : fields_) {
+      if (!f.foreign || !origins_.count(f.name())) continue;
+      if (!f.foreign->neutral.empty() && render(f.ref) == f.foreign->neutral) continue;
+      out.push_back(f.name() + " (" + std::string(f.foreign->reason) + ")");
+    }
+    return out;
+  }
+
  private:
+  // A nearby key of the same section, else the same key in another section.
+  std::string did_you_mean(std::string_view section, std::string_view key) const {
+    std::string guess = nearest(key, keys_in(section));
+    if (!guess.empty()) return "; did you mean '" + std::string(section) + "." + guess + "'?";
+    for (const Field& f : fields_)
+      if (f.key == key) return "; did you mean '" + f.name() + "'?";
+    return "";
+  }
+
   std::vector<Field> fields_;
+  std::deque<ForeignValue> foreign_values_;  // a deque: fields_ point into it
   std::map<std::string, std::string> origins_;
 };
 
@@ -717,8 +868,10 @@ void validate(const JobConfig& c, Schema& schema) {
   v.require(c.validation.freq > 0, "validation.freq", "an integer > 0");
   v.require(c.validation.steps == -1 || c.validation.steps >= 1, "validation.steps",
             "an integer >= 1, or -1 (the whole file)");
-  v.require(c.parallelism.data_parallel_shard_degree >= 1, "parallelism.data_parallel_shard_degree",
-            "an integer >= 1");
+  v.require(c.parallelism.data_parallel_shard_degree >= 1 ||
+                c.parallelism.data_parallel_shard_degree == -1,
+            "parallelism.data_parallel_shard_degree",
+            "an integer >= 1, or -1 (torchtitan's every rank left: 1 on this engine)");
   v.require(c.training.mixed_precision_param == "float32" ||
                 c.training.mixed_precision_param == "bfloat16",
             "training.mixed_precision_param", "\"float32\" or \"bfloat16\"");
@@ -742,7 +895,30 @@ JobConfig parse_job_config(const std::string& toml_text, const std::string& sour
   apply_toml(schema, toml_text, source_name);
   apply_overrides(schema, overrides);
   validate(config, schema);
+  // One process holds every rank there is.
+  if (config.parallelism.data_parallel_shard_degree == -1)
+    config.parallelism.data_parallel_shard_degree = 1;
+  config.ignored_keys = schema.ignored_keys();
   return config;
+}
+
+std::string format_ignored_keys(const JobConfig& config) {
+  if (config.ignored_keys.empty()) return "";
+  return "ignored on this engine: " + join(config.ignored_keys, ", ");
+}
+
+std::string format_job_config(const JobConfig& config) {
+  JobConfig copy = config;  // fields_of points into the config it is given
+  std::string out, section;
+  for (const Field& f : fields_of(copy)) {
+    if (f.alias) continue;
+    if (f.section != section) {
+      section = f.section;
+      out += (out.empty() ? "[" : "\n[") + section + "]\n";
+    }
+    out += std::string(f.key) + " = " + toml_value(f.ref) + "\n";
+  }
+  return out;
 }
 
 JobConfig load_job_config(const std::string& path, const std::vector<std::string>& overrides) {

@@ -4,7 +4,12 @@
 //
 // Every problem (unknown section or key, wrong type, out-of-range value,
 // unreadable file) throws InputError naming the key, the value and what was
-// expected. Nothing here touches output files.
+// expected, with a did-you-mean for a misspelt key or section. Nothing here
+// touches output files.
+//
+// torchtitan's train_configs run unchanged: its keys that this engine does
+// not honor (GPU-only features, features not built) are accepted, type-checked
+// and listed in JobConfig::ignored_keys instead of being errors.
 #pragma once
 
 #include <cstdint>
@@ -24,6 +29,7 @@ struct JobConfig {
   struct Job {
     std::string description;
     std::string dump_folder = "./outputs";
+    bool print_args = false;              // print the resolved config at start-up
   } job;
   struct Model {
     std::string name = "llama3";          // "llama3" | "llama4"
@@ -91,9 +97,10 @@ struct JobConfig {
     int64_t log_freq = 1;
     std::string jsonl_path;               // "" : no machine-readable metrics
     double peak_flops = 0;                // FLOP/s; 0: measure at start-up
+    bool disable_color_printing = false;  // colour is only ever used on a terminal
   } metrics;
   struct Checkpoint {
-    bool enable = false;
+    bool enable = false;                  // also read as torchtitan's enable_checkpoint
     std::string folder = "checkpoint";    // under job.dump_folder
     int64_t interval = 500;
     std::string load;                     // a .safetensors file to start from
@@ -106,12 +113,31 @@ struct JobConfig {
     int64_t steps = -1;                   // -1: the whole file
   } validation;
   struct Parallelism {
+    // torchtitan's -1 ("every rank left") is resolved when loading: this
+    // engine runs one process, so it becomes 1.
     int64_t data_parallel_shard_degree = 1;
   } parallelism;
+  struct Profiling {
+    bool enable_profiling = false;        // the per-op time profile at the end of train
+  } profiling;
   struct Memory {
     std::string limit;                    // e.g. "16GiB"; "" : physical RAM
   } memory;
+
+  // Not a section: the torchtitan keys the config set that this engine does
+  // not honor, in torchtitan's order, each as "section.key (reason)" with the
+  // reason "GPU-only" or "not built". A key set to the value that asks for
+  // nothing (false, a degree of 1, async_mode "disabled") is honored, not listed.
+  std::vector<std::string> ignored_keys;
 };
+
+// The one start-up line that lists JobConfig::ignored_keys:
+// "ignored on this engine: key (reason), key (reason), ..."; "" when none.
+std::string format_ignored_keys(const JobConfig& config);
+
+// The resolved config as a TOML document (every section and key, with the
+// values the run uses), which parse_job_config reads back to the same config.
+std::string format_job_config(const JobConfig& config);
 
 // Reads the TOML file (missing/unreadable/directory -> InputError), applies
 // the overrides (argv-style: "--section.key", "value" or "--section.key=value"),

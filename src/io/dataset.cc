@@ -171,10 +171,17 @@ TokenDataset load_training_tokens(const JobConfig& cfg, int64_t vocab_size) {
   const auto& t = cfg.training;
   if (!t.dataset_path.empty())
     return load_token_file(t.dataset_path, cfg.model.tokenizer, vocab_size);
+  // torchtitan's own datasets come from the Hugging Face hub; no run
+  // downloads anything (spec.md §7), so a torchtitan config says what to do.
+  const bool torchtitans = t.dataset == "c4" || t.dataset == "c4_test";
   if (t.dataset != "fortunes")
     throw InputError("config error: training.dataset = \"" + t.dataset +
-                     "\": unknown dataset (known: fortunes); or set training.dataset_path to a "
-                     ".txt, .jsonl or .npy file");
+                     "\": unknown dataset (known: fortunes)" +
+                     (torchtitans ? "; it is torchtitan's, which remat does not ship and no run "
+                                    "downloads; give the text as a file instead:"
+                                  : "; or") +
+                     " set training.dataset_path (--training.dataset_path FILE) to a .txt, "
+                     ".jsonl (a \"text\" field per line) or .npy token file");
   return load_fortunes(kFortunesDir, vocab_size, cfg.model.tokenizer);
 }
 

@@ -7,18 +7,31 @@
 
 namespace remat {
 
-std::string format_log_line(const StepMetrics& m) {
-  char buf[512];
+namespace {
+
+// torchtitan's colours (torchtitan/tools/utils.py, Color).
+struct Colors {
+  const char *red, *green, *orange, *turquoise, *blue, *cyan, *magenta, *reset;
+};
+constexpr Colors kColors{"\033[31m", "\033[32m", "\033[38;2;180;60;0m", "\033[38;2;54;234;195m",
+                         "\033[34m", "\033[36m", "\033[35m", "\033[39m"};
+constexpr Colors kNoColors{"", "", "", "", "", "", "", ""};
+
+}  // namespace
+
+std::string format_log_line(const StepMetrics& m, bool color) {
+  const Colors& c = color ? kColors : kNoColors;
+  char buf[640];
   std::snprintf(buf, sizeof buf,
-                "step: %2lld  loss: %7.4f  grad_norm: %7.4f  memory: %s(%.2f%%)  tps: %s  "
-                "tflops: %.2f  mfu: %.2f%%  hfu: %.2f%%",
-                static_cast<long long>(m.step), m.loss, m.grad_norm,
-                format_bytes(m.peak_bytes).c_str(),
+                "%sstep: %2lld  %sloss: %7.4f  %sgrad_norm: %7.4f  %smemory: %5.2fGiB(%.2f%%)  "
+                "%stps: %s  %stflops: %.2f  %smfu: %.2f%%  hfu: %.2f%%%s",
+                c.red, static_cast<long long>(m.step), c.green, m.loss, c.orange, m.grad_norm,
+                c.turquoise, static_cast<double>(m.peak_bytes) / (1024.0 * 1024 * 1024),
                 100.0 * static_cast<double>(m.peak_bytes) / static_cast<double>(m.device_bytes),
-                with_thousands(static_cast<int64_t>(m.tokens_per_second + 0.5)).c_str(),
-                m.model_flops_per_second / 1e12,
+                c.blue, with_thousands(static_cast<int64_t>(m.tokens_per_second + 0.5)).c_str(),
+                c.cyan, m.model_flops_per_second / 1e12, c.magenta,
                 100.0 * m.model_flops_per_second / m.peak_flops,
-                100.0 * m.hardware_flops_per_second / m.peak_flops);
+                100.0 * m.hardware_flops_per_second / m.peak_flops, c.reset);
   return buf;
 }
 

@@ -20,9 +20,11 @@ struct StepMetrics {
   double lr = 0;
 };
 
-// "step: 12  loss: 7.1234  grad_norm: 1.2345  memory: 3.21GiB(13.40%)
-//  tps: 1,234  tflops: 0.08  mfu: 41.20%  hfu: 45.10%"
-std::string format_log_line(const StepMetrics& m);
+// "step: 12  loss: 7.1234  grad_norm: 1.2345  memory:  3.21GiB(13.40%)
+//  tps: 1,234  tflops: 0.08  mfu: 41.20%  hfu: 45.10%", torchtitan's line:
+// memory always in GiB, as "%5.2f". With `color`, each field in torchtitan's
+// ANSI colour (for a terminal only: a file or pipe gets plain text).
+std::string format_log_line(const StepMetrics& m, bool color = false);
 
 // One JSON object per logged step with, in this order: step, loss,
 // grad_norm, lr, peak_bytes, activation_bytes_at_peak, max_activation_bytes,

@@ -1,5 +1,7 @@
 #include "train/trainer.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -240,8 +242,12 @@ class Trainer {
   const int64_t start_step_;
   DevicePeak peak_;
   const int64_t flops_per_token_;
-  // REMAT_PROFILE=1 prints where each step's time goes, per phase and op.
-  const bool profile_ = std::getenv("REMAT_PROFILE") != nullptr;
+  // profiling.enable_profiling (or REMAT_PROFILE=1) prints where the steps'
+  // time went, per phase and op, at the end.
+  const bool profile_ =
+      config_.profiling.enable_profiling || std::getenv("REMAT_PROFILE") != nullptr;
+  // torchtitan's coloured log line, on a terminal only.
+  const bool color_ = !config_.metrics.disable_color_printing && isatty(STDOUT_FILENO);
   const LrSchedule lr_;
   const AdamWConfig adamw_;
   std::vector<int32_t> inputs_, targets_;
@@ -345,7 +351,7 @@ void Trainer::log_step(int64_t step, double loss, double grad_norm, const MoeLoa
   m.peak_flops = peak_.flops;
   m.lr = lr_.at(step);
   const std::string moe_text = format_moe_load(moe);
-  std::printf("%s%s%s\n", format_log_line(m).c_str(), moe_text.empty() ? "" : "  ",
+  std::printf("%s%s%s\n", format_log_line(m, color_).c_str(), moe_text.empty() ? "" : "  ",
               moe_text.c_str());
   std::fflush(stdout);
   if (metrics_log_.is_open()) {

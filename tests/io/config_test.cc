@@ -522,5 +522,72 @@ TEST(Config, ShippedConfigsLoad) {
   EXPECT_EQ(big.lr_scheduler.warmup_steps, 200);
 }
 
+// torchtitan's train_configs run unchanged (spec.md §1, issue 13): its keys
+// are accepted, and those this engine does not honor are listed, once each.
+TEST(Config, TorchtitanKeysAreAcceptedAndTheIgnoredOnesListed) {
+  const JobConfig c = parse(
+      "[job]\nprint_args = true\nuse_for_integration_test = true\n"
+      "[training]\ncompile = false\n"
+      "[parallelism]\ndata_parallel_shard_degree = -1\ntensor_parallel_degree = 8\n"
+      "pipeline_parallel_degree = 1\nfsdp_reshard_after_forward = \"default\"\n"
+      "[checkpoint]\nenable_checkpoint = true\nasync_mode = \"async\"\n"
+      "[float8]\nfilter_fqns = [\"output\"]\n"
+      "[profiling]\nenable_profiling = true\n"
+      "[metrics]\ndisable_color_printing = true\n");
+  EXPECT_TRUE(c.job.print_args);
+  EXPECT_TRUE(c.checkpoint.enable);
+  EXPECT_TRUE(c.profiling.enable_profiling);
+  EXPECT_TRUE(c.metrics.disable_color_printing);
+  EXPECT_EQ(c.parallelism.data_parallel_shard_degree, 1);
+  // compile = false, a degree of 1 and "default" ask for nothing remat lacks.
+  EXPECT_EQ(format_ignored_keys(c),
+            "ignored on this engine: job.use_for_integration_test (not built), "
+            "parallelism.tensor_parallel_degree (not built), checkpoint.async_mode (not built), "
+            "float8.filter_fqns (GPU-only)");
+  EXPECT_EQ(format_ignored_keys(parse("")), "");
+  EXPECT_EQ(parse("", {"--training.compile"}).ignored_keys,
+            std::vector<std::string>{"training.compile (GPU-only)"});
+}
+
+TEST(Config, TorchtitanKeysAreTypeChecked) {
+  std::string e = error_of_toml("[parallelism]\ntensor_parallel_degree = \"8\"\n");
+  EXPECT_NE(e.find("parallelism.tensor_parallel_degree = \"8\""), std::string::npos) << e;
+  EXPECT_NE(e.find("expected an integer"), std::string::npos) << e;
+  e = error_of_overrides({"--training.compile", "maybe"});
+  EXPECT_NE(e.find("expected true or false"), std::string::npos) << e;
+  e = error_of_toml("[parallelism]\ndata_parallel_shard_degree = -2\n");
+  EXPECT_NE(e.find("or -1"), std::string::npos) << e;
+}
+
+TEST(Config, TyposGetADidYouMean) {
+  std::string e = error_of_toml("[training]\nstepz = 3\n");
+  EXPECT_NE(e.find("did you mean 'training.steps'?"), std::string::npos) << e;
+  e = error_of_toml("[checkpoint]\nenable_checkpont = true\n");
+  EXPECT_NE(e.find("did you mean 'checkpoint.enable_checkpoint'?"), std::string::npos) << e;
+  e = error_of_toml("[training]\nlr = 0.1\n");  // right key, wrong section
+  EXPECT_NE(e.find("did you mean 'optimizer.lr'?"), std::string::npos) << e;
+  e = error_of_toml("[trainin]\nsteps = 3\n");
+  EXPECT_NE(e.find("did you mean [training]?"), std::string::npos) << e;
+  e = error_of_overrides({"--flaot8.filter_fqns", "output"});
+  EXPECT_NE(e.find("did you mean [float8]?"), std::string::npos) << e;
+  e = error_of_toml("[training]\nxyzzy_quux = 3\n");  // nothing near: no guess
+  EXPECT_EQ(e.find("did you mean"), std::string::npos) << e;
+}
+
+TEST(Config, ResolvedConfigPrintsAsTomlThatReadsBack) {
+  const JobConfig c = parse(
+      "[job]\ndescription = \"a \\\"quoted\\\" \\\\ tab\\there\"\n"
+      "[activation_checkpoint]\nselective_op_ac_mm_flops_threshold = \"auto\"\n"
+      "per_op_sac_force_recompute_mm_by_fqns = [\"a\", \"b*c\"]\n",
+      {"--optimizer.lr", "3e-4", "--checkpoint.enable_checkpoint"});
+  const std::string toml = format_job_config(c);
+  EXPECT_NE(toml.find("[training]\nlocal_batch_size = 8\n"), std::string::npos) << toml;
+  EXPECT_NE(toml.find("enable = true\n"), std::string::npos) << toml;
+  EXPECT_EQ(toml.find("enable_checkpoint"), std::string::npos) << toml;  // an alias
+  EXPECT_EQ(format_job_config(parse(toml)), toml);
+  EXPECT_EQ(parse(toml).job.description, c.job.description);
+  EXPECT_EQ(parse(toml).optimizer.lr, 3e-4);
+}
+
 }  // namespace
 }  // namespace remat

@@ -109,8 +109,14 @@ def check_config(tmp, model, vocab):
     expect_input_error("vocab_size mismatch", ["plan", "--config", str(CONFIG),
                        "--model.tokenizer_path", str(model), "--model.vocab_size", "2048"],
                        "model.vocab_size = 2048 differs")
-    expect_input_error("missing tokenizer", ["plan", "--config", str(CONFIG),
+    expect_input_error("missing tokenizer", ["train", "--config", str(CONFIG),
+                       "--job.dump_folder", str(tmp / "gone_run"),
                        "--model.tokenizer_path", str(tmp / "gone.model")], "gone.model")
+    # Planning reads no data: a tokenizer not on this machine (a torchtitan
+    # config's) plans at the flavor's vocabulary size, and says so.
+    p = run("plan", "--config", str(CONFIG), "--model.tokenizer_path", str(tmp / "gone.model"))
+    assert "is not on this machine: planning with the flavor's vocab_size" in p.stdout, p.stdout
+    print("ok: plan with a missing tokenizer plans at the flavor's vocab_size")
 
 
 def check_training(tmp, model, vocab):
