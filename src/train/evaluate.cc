@@ -76,9 +76,11 @@ int run_dump_gradients(const JobConfig& config, const std::string& tokens_path,
   const double loss = session.executor.run(Batch{inputs.data(), targets.data()});
   const Program& program = setup.program();
   std::vector<SafetensorsEntry> entries;
+  std::vector<HostView> host;  // the gradients' bytes on the host
+  host.reserve(program.params.size());
   for (size_t i = 0; i < program.params.size(); ++i) {
-    entries.push_back({program.params[i].fqn, program.params[i].shape,
-                       session.state.grads[i].data()});
+    host.emplace_back(*session.state.backend, session.state.grads[i]);
+    entries.push_back({program.params[i].fqn, program.params[i].shape, host.back().data()});
   }
   save_safetensors(out_path, entries, {}, "--out");
   std::printf("loss: %.9g\n", loss);

@@ -20,17 +20,9 @@ bool all_finite(const float* data, int64_t n) {
   return total == 0.0f;
 }
 
-int64_t first_non_finite(const std::vector<Tensor>& tensors) {
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    const Tensor& t = tensors[i];
-    if (t.defined() && t.data() != nullptr && !all_finite(t.data(), t.numel()))
-      return static_cast<int64_t>(i);
-  }
-  return -1;
-}
-
 std::string non_finite_step_message(int64_t step, double loss, double grad_norm,
-                                    const Program& program, const std::vector<Tensor>& grads) {
+                                    const Program& program, Backend& backend,
+                                    const std::vector<Tensor>& grads) {
   char values[160];
   std::snprintf(values, sizeof values, "loss = %g, grad_norm = %g", loss, grad_norm);
   std::string what = std::isfinite(loss) ? "gradient norm" : "loss";
@@ -40,7 +32,7 @@ std::string non_finite_step_message(int64_t step, double loss, double grad_norm,
   // embedding, so the first to go bad in time is the last in model order.
   for (size_t i = grads.size(); i-- > 0;) {
     const Tensor& g = grads[i];
-    if (g.defined() && g.data() != nullptr && !all_finite(g.data(), g.numel()))
+    if (g.defined() && g.raw() != nullptr && !all_finite(HostView(backend, g).data(), g.numel()))
       return message + "; the first parameter whose gradient went non-finite (in backward "
                        "order) is '" + program.params[i].fqn + "'";
   }

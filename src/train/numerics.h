@@ -8,19 +8,18 @@
 
 #include "core/tensor.h"
 #include "graph/program.h"
+#include "runtime/backend.h"
 
 namespace remat {
 
 bool all_finite(const float* data, int64_t n);
 
-// The index of the first tensor (in parameter order) holding a NaN or an
-// infinity, or -1 if all are finite. Undefined (empty) tensors are skipped.
-int64_t first_non_finite(const std::vector<Tensor>& tensors);
-
 // The message of a step whose loss or gradient norm is not finite, naming
 // the step, both values and the parameter whose gradient went non-finite
 // first in the backward pass (the last one in model order).
+// The gradients are read through `backend`.
 std::string non_finite_step_message(int64_t step, double loss, double grad_norm,
-                                    const Program& program, const std::vector<Tensor>& grads);
+                                    const Program& program, Backend& backend,
+                                    const std::vector<Tensor>& grads);
 
 }  // namespace remat

@@ -368,7 +368,8 @@ void Trainer::report_divergence(int64_t step, double loss, double grad_norm) con
                "error: %s; training stopped before this step's optimizer update, and no "
                "checkpoint is written for it (lower optimizer.lr or training.max_norm, or resume from an earlier "
                "checkpoint)\n",
-               non_finite_step_message(step, loss, grad_norm, setup_.program(), session_.state.grads)
+               non_finite_step_message(step, loss, grad_norm, setup_.program(), *session_.state.backend,
+                                       session_.state.grads)
                    .c_str());
 }
 
