@@ -433,6 +433,8 @@ void assign_from_toml(const Field& field, const toml::node& node, const std::str
 // arrays and inline tables); anything else it leaves to toml++. Valid TOML
 // is refused in one corner only: a non-ASCII character right after a
 // line-ending backslash in a """ string (where toml++ 3.3.0 has the bug).
+// Long because it is one scanner whose cases share the position, the line
+// and the stack of open brackets; split, each piece would carry all three.
 void check_toml_lexically_safe(const std::string& text, const std::string& source) {
   size_t i = text.starts_with("\xEF\xBB\xBF") ? 3 : 0;  // a UTF-8 byte order mark
   size_t line = 1, line_start = i;
@@ -778,8 +780,7 @@ bool one_of(const std::string& value, const char* const (&choices)[N]) {
   return false;
 }
 
-void validate(const JobConfig& c, Schema& schema) {
-  Validator v(schema);
+void validate_model_and_training(const JobConfig& c, Validator& v) {
   const auto& m = c.model;
   v.require(m.name == "llama3" || m.name == "llama4", "model.name", "\"llama3\" or \"llama4\"");
   v.require(!m.flavor.empty(), "model.flavor", "a flavor name such as \"debugmodel\" or \"8B\"");
@@ -806,7 +807,9 @@ void validate(const JobConfig& c, Schema& schema) {
                 "] (0: all cores; at most 4 x the cores of this machine, and 1024)");
   v.require(m.ffn_dim_multiplier >= 0, "model.ffn_dim_multiplier",
             "a number > 0, or 0 for the flavor's");
+}
 
+void validate_optimizer(const JobConfig& c, Validator& v) {
   const auto& o = c.optimizer;
   v.require(o.name == "AdamW", "optimizer.name", "\"AdamW\" (the only optimizer)");
   v.require(o.lr >= 0, "optimizer.lr", "a number >= 0");
@@ -823,7 +826,9 @@ void validate(const JobConfig& c, Schema& schema) {
   v.require(one_of(s.decay_type, kDecayTypes), "lr_scheduler.decay_type",
             "\"linear\", \"sqrt\" or \"cosine\"");
   v.require(s.lr_min >= 0, "lr_scheduler.lr_min", "a number >= 0");
+}
 
+void validate_activation_checkpoint(const JobConfig& c, Validator& v) {
   const auto& ac = c.activation_checkpoint;
   static const char* const kModes[] = {"none", "full", "selective", "memory_budget", "auto"};
   v.require(one_of(ac.mode, kModes), "activation_checkpoint.mode",
@@ -859,7 +864,9 @@ void validate(const JobConfig& c, Schema& schema) {
             "activation_checkpoint.memory_budget",
             "a fraction such as \"0.5\" or a size such as \"12GiB\" when mode = "
             "\"memory_budget\"");
+}
 
+void validate_other_sections(const JobConfig& c, Validator& v) {
   v.require(c.metrics.log_freq > 0, "metrics.log_freq", "an integer > 0");
   v.require(c.metrics.peak_flops >= 0, "metrics.peak_flops",
             "a number >= 0 (FLOP/s; 0: measure at start-up)");
@@ -877,6 +884,15 @@ void validate(const JobConfig& c, Schema& schema) {
             "training.mixed_precision_param", "\"float32\" or \"bfloat16\"");
   v.require(c.memory.limit.empty() || parse_size(c.memory.limit) > 0, "memory.limit",
             "a size such as \"16GiB\" (at most 4EiB) or \"\" (physical RAM)");
+}
+
+// Every check, in the order the errors are reported.
+void validate(const JobConfig& c, Schema& schema) {
+  Validator v(schema);
+  validate_model_and_training(c, v);
+  validate_optimizer(c, v);
+  validate_activation_checkpoint(c, v);
+  validate_other_sections(c, v);
 }
 
 }  // namespace
