@@ -8,6 +8,7 @@
 #include "planner/budget_plan.h"
 #include "planner/explain.h"
 #include "planner/pareto_output.h"
+#include "planner/timeline_output.h"
 #include "planner/throughput.h"
 #include "core/error.h"
 #include "models/registry.h"
@@ -217,6 +218,12 @@ int run_plan(JobConfig config, const PlanCommandOptions& options) {
                  model.summary.family + " " + model.summary.flavor);
   }
 
+  if (!options.timeline_path.empty()) {
+    write_timelines(options.timeline_path, options.timeline_compare, model.program,
+                    configured_plan, configured, planner,
+                    model.summary.family + " " + model.summary.flavor);
+  }
+
   const ModelSummary& s = model.summary;
   if (options.json) {
     nlohmann::json j;
@@ -280,6 +287,8 @@ int run_plan(JobConfig config, const PlanCommandOptions& options) {
     std::printf("  pareto front: %zu points written to %s\n", front.size(),
                 options.pareto_path.c_str());
   }
+  if (!options.timeline_path.empty())
+    std::printf("  memory timeline written to %s\n", options.timeline_path.c_str());
   if (options.explain) {
     std::fputs(explain_plan(model.program, configured_plan, planner, cost, measured ? "s" : "FLOPs")
                    .c_str(),
