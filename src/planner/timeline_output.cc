@@ -1,6 +1,7 @@
 #include "planner/timeline_output.h"
 
 #include <algorithm>
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -90,27 +91,37 @@ struct Frame {
   double y(double bytes) const { return top + height - bytes / max_bytes * height; }
 };
 
+// A staircase through levels[i] over steps [i, i + 1), left to right or
+// back; a corner only where the level changes, so flat bands stay small.
+void staircase(std::ostringstream& o, const std::vector<int64_t>& levels, const Frame& f,
+               bool backwards) {
+  const size_t n = levels.size();
+  auto at = [&](size_t k) { return levels[backwards ? n - 1 - k : k]; };
+  auto x = [&](size_t k) { return f.x(static_cast<double>(backwards ? n - k : k)); };
+  for (size_t k = 0; k < n; ++k) {
+    if (k > 0 && at(k) == at(k - 1)) continue;
+    if (k > 0) o << x(k) << ',' << f.y(static_cast<double>(at(k - 1))) << ' ';
+    o << x(k) << ',' << f.y(static_cast<double>(at(k))) << ' ';
+  }
+  o << x(n) << ',' << f.y(static_cast<double>(at(n - 1))) << ' ';
+}
+
 // The stacked bands: band c spans categories below c to c, at each step's
-// highest moment (a staircase: one flat top per step).
+// highest moment (one flat top per step).
 void draw_bands(std::ostringstream& o, const Timeline& t, const Frame& f) {
-  const size_t n = t.samples.size();
-  std::vector<int64_t> below(n, 0);
+  std::vector<int64_t> below(t.samples.size(), 0), above(below);
   for (int c = 0; c < kNumMemoryCategories; ++c) {
+    for (size_t i = 0; i < t.samples.size(); ++i) above[i] = below[i] + t.samples[i].peak.bytes[c];
     o << "<polygon fill=\"" << kCategoryColors[c] << "\" points=\"";
-    for (size_t i = 0; i < n; ++i) {
-      const double top = f.y(static_cast<double>(below[i] + t.samples[i].peak.bytes[c]));
-      o << f.x(i) << ',' << top << ' ' << f.x(i + 1) << ',' << top << ' ';
-    }
-    for (size_t i = n; i-- > 0;) {
-      const double bottom = f.y(static_cast<double>(below[i]));
-      o << f.x(i + 1) << ',' << bottom << ' ' << f.x(i) << ',' << bottom << ' ';
-      below[i] += t.samples[i].peak.bytes[c];
-    }
+    staircase(o, above, f, /*backwards=*/false);
+    staircase(o, below, f, /*backwards=*/true);
     o << "\"/>\n";
+    below = above;
   }
 }
 
-// Under the bands, a strip coloured by phase; each phase named at its first run.
+// Under the bands, a strip coloured by phase; each phase named once, at its
+// first run wide enough for the name (the legend names the colours).
 void draw_phases(std::ostringstream& o, const Timeline& t, const Frame& f) {
   const double y = f.top + f.height + 2;
   bool named[3] = {false, false, false};
@@ -119,33 +130,42 @@ void draw_phases(std::ostringstream& o, const Timeline& t, const Frame& f) {
     while (j < t.samples.size() && static_cast<int>(t.samples[j].kind) == kind) ++j;
     o << "<rect x=\"" << f.x(i) << "\" y=\"" << y << "\" width=\"" << f.x(j) - f.x(i)
       << "\" height=\"10\" fill=\"" << kPhaseColors[kind] << "\"/>\n";
-    if (named[kind]) continue;
+    if (named[kind] || f.x(j) - f.x(i) < 70) continue;
     named[kind] = true;
     o << "<text x=\"" << f.x(i) + 2 << "\" y=\"" << y + 22 << "\" font-size=\"11\">"
       << to_string(t.samples[i].kind) << "</text>\n";
   }
 }
 
+// A round tick step in GiB (1, 2 or 5 x 10^k) giving at most five ticks.
+double tick_step(double max_gib) {
+  double step = std::pow(10.0, std::floor(std::log10(max_gib / 5)));
+  for (double m : {1.0, 2.0, 5.0, 10.0}) {
+    if (max_gib / (step * m) <= 5) return step * m;
+  }
+  return step * 10;
+}
+
 void draw_panel(std::ostringstream& o, const Timeline& t, const Program& program,
                 const Frame& f) {
   const TimelineSample& peak = t.samples[t.peak_index];
-  o << "<text x=\"" << f.left << "\" y=\"" << f.top - 8 << "\" font-size=\"13\">"
-    << escape(t.name + ": " + t.mode) << "</text>\n";
-  for (int i = 0; i <= 4; ++i) {
-    const double bytes = f.max_bytes * i / 4;
-    o << "<line x1=\"" << f.left << "\" y1=\"" << f.y(bytes) << "\" x2=\"" << f.left + f.width
-      << "\" y2=\"" << f.y(bytes) << "\" stroke=\"#dddddd\"/>\n<text x=\"" << f.left - 6
-      << "\" y=\"" << f.y(bytes) + 4 << "\" text-anchor=\"end\">" << bytes / kGiB << "</text>\n";
+  o << "<text x=\"" << f.left << "\" y=\"" << f.top - 24 << "\" font-size=\"13\">"
+    << escape(t.name + ": " + t.mode) << "</text>\n<text x=\"" << f.left << "\" y=\""
+    << f.top - 8 << "\">peak " << peak.peak.total() / kGiB << " GiB (" << peak.peak.total()
+    << " bytes) during " << escape(step_label(program, peak)) << "</text>\n";
+  const double step = tick_step(f.max_bytes / kGiB);
+  for (double gib = 0; gib * kGiB <= f.max_bytes; gib += step) {
+    o << "<line x1=\"" << f.left << "\" y1=\"" << f.y(gib * kGiB) << "\" x2=\""
+      << f.left + f.width << "\" y2=\"" << f.y(gib * kGiB) << "\" stroke=\"#dddddd\"/>\n<text x=\""
+      << f.left - 6 << "\" y=\"" << f.y(gib * kGiB) + 4 << "\" text-anchor=\"end\">" << gib
+      << "</text>\n";
   }
   draw_bands(o, t, f);
   draw_phases(o, t, f);
   const double x = (f.x(t.peak_index) + f.x(t.peak_index + 1)) / 2;
-  const bool right_half = x > f.left + f.width / 2;
   o << "<line x1=\"" << x << "\" y1=\"" << f.top << "\" x2=\"" << x << "\" y2=\""
-    << f.top + f.height << "\" stroke=\"black\" stroke-dasharray=\"4,3\"/>\n<text x=\""
-    << x + (right_half ? -4 : 4) << "\" y=\"" << f.top + 12 << "\" text-anchor=\""
-    << (right_half ? "end" : "start") << "\">peak " << peak.peak.total() / kGiB << " GiB ("
-    << peak.peak.total() << " bytes): " << escape(step_label(program, peak)) << "</text>\n";
+    << f.top + f.height << "\" stroke=\"black\" stroke-dasharray=\"4,3\"/>\n<text x=\"" << x + 4
+    << "\" y=\"" << f.top + 12 << "\">peak</text>\n";
 }
 
 void draw_legend(std::ostringstream& o, double x, double y) {
@@ -163,7 +183,7 @@ void draw_legend(std::ostringstream& o, double x, double y) {
 
 std::string to_svg(const std::vector<Timeline>& timelines, const Program& program,
                    const std::string& title) {
-  const double left = 70, width = 720, panel = 220, gap = 70, top = 60;
+  const double left = 70, width = 720, panel = 220, gap = 86, top = 76;
   double steps = 1, max_bytes = 1;
   for (const Timeline& t : timelines) {
     steps = std::max(steps, static_cast<double>(t.samples.size()));

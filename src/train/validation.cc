@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "train/evaluate.h"
 #include "train/load_balance.h"
+#include "train/metrics.h"
 
 namespace remat {
 
@@ -26,11 +27,11 @@ TokenDataset validation_tokens(const JobConfig& config, TokenDataset& training,
     data = load_token_file(config.validation.dataset, config.model.tokenizer, vocab_size);
   } else if (t.dataset_path.empty()) {
     HeldOutSplit split = split_held_out(training.tokens, kHeldOutFraction);
-    data.description = "the last " + std::to_string(split.held_out.size()) + " tokens of " +
+    data.description = "the last " + with_thousands(split.held_out.size()) + " tokens of " +
                        t.dataset + ", held out (never trained on)";
     data.tokens = std::move(split.held_out);
     training.tokens = std::move(split.train);
-    training.description += ", less the " + std::to_string(data.tokens.size()) +
+    training.description += ", less the " + with_thousands(data.tokens.size()) +
                             " held out for validation";
   } else {
     throw InputError("validation.enabled: training reads training.dataset_path, so there is no "
@@ -65,7 +66,7 @@ double Validator::run() {
 }
 
 std::string Validator::describe() const {
-  return std::to_string(rows_) + " rows of " + std::to_string(seq_len_) + " tokens from " +
+  return with_thousands(rows_) + " rows of " + std::to_string(seq_len_) + " tokens from " +
          data_.description;
 }
 
