@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -501,6 +502,8 @@ int run_train(const JobConfig& config) {
   const bool writes_checkpoints = seed_only || config.checkpoint.enable;
   check_output_places(config, writes_checkpoints);
   if (!seed_only) check_run_fits(config, setup);
+  std::optional<ValidationPlan> validation_plan;
+  if (validates) validation_plan = plan_validation(config);
   const int threads = configure_threads(config);
   if (writes_checkpoints) {
     create_folders(checkpoint_folder(config), "checkpoint.folder");
@@ -519,7 +522,8 @@ int run_train(const JobConfig& config) {
   }
   std::unique_ptr<Validator> validator;
   if (validates) {
-    validator = std::make_unique<Validator>(config, session, std::move(validation_data));
+    validator = std::make_unique<Validator>(config, session, std::move(*validation_plan),
+                                            std::move(validation_data));
     print_validation(config, setup, *validator);
   }
   Trainer trainer(config, setup, session, loader, validator.get(), start_step, threads);

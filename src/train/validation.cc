@@ -45,16 +45,32 @@ TokenDataset validation_tokens(const JobConfig& config, TokenDataset& training,
   return data;
 }
 
-Validator::Validator(const JobConfig& config, Session& session, TokenDataset data)
-    : setup_(make_setup(config, /*batch=*/1, Pass::kForwardOnly)),
+ValidationPlan plan_validation(const JobConfig& config) {
+  ValidationPlan plan{make_setup(config, /*batch=*/1, Pass::kForwardOnly), 0};
+  plan.predicted_peak = predict_validation(plan.setup.program(), plan.setup.ac.plan).peak_bytes;
+  const bool limited = !config.memory.limit.empty();
+  const auto available = limited ? static_cast<int64_t>(parse_memory_size(config.memory.limit))
+                                 : physical_memory_bytes();
+  if (plan.predicted_peak > available)
+    throw InputError("memory: validation's forward pass needs " +
+                     format_bytes(plan.predicted_peak) + " at its peak but " +
+                     format_bytes(available) + " is available (" +
+                     (limited ? "memory.limit" : "physical RAM") +
+                     "); set validation.enabled = false or use a smaller model");
+  return plan;
+}
+
+Validator::Validator(const JobConfig& config, Session& session, ValidationPlan plan,
+                     TokenDataset data)
+    : plan_(std::move(plan)),
       session_(session),
-      executor_(setup_.program(),
-                make_schedule(setup_.program(), setup_.ac.plan, /*with_backward=*/false),
+      executor_(plan_.setup.program(),
+                make_schedule(plan_.setup.program(), plan_.setup.ac.plan,
+                              /*with_backward=*/false),
                 session.allocator, session.state),
       data_(std::move(data)),
       seq_len_(config.training.seq_len),
-      rows_(validation_rows(config, data_.tokens.size())),
-      predicted_peak_(predict_validation(setup_.program(), setup_.ac.plan).peak_bytes) {}
+      rows_(validation_rows(config, data_.tokens.size())) {}
 
 double Validator::run() {
   session_.allocator.reset_peak();

@@ -25,27 +25,36 @@ namespace remat {
 TokenDataset validation_tokens(const JobConfig& config, TokenDataset& training,
                                int64_t vocab_size);
 
+// What validation runs: the forward-only setup at batch 1 (the inference
+// plan) and the peak the planner predicts for it on top of the training
+// state (predict_validation). Checked before anything is allocated, like the
+// training step: InputError when that peak exceeds memory.limit (or RAM).
+struct ValidationPlan {
+  Setup setup;
+  int64_t predicted_peak = 0;
+};
+ValidationPlan plan_validation(const JobConfig& config);
+
 class Validator {
  public:
   // `session` is the training run's; its state and allocator are shared.
-  Validator(const JobConfig& config, Session& session, TokenDataset data);
+  Validator(const JobConfig& config, Session& session, ValidationPlan plan, TokenDataset data);
   Validator(const Validator&) = delete;
   Validator& operator=(const Validator&) = delete;
 
   // The mean loss over the rows. Resets the allocator's peak first, so its
   // peak() afterwards is this pass's.
   double run();
-  // What the planner predicts the pass peaks at (predict_validation).
-  int64_t predicted_peak() const { return predicted_peak_; }
+  int64_t predicted_peak() const { return plan_.predicted_peak; }
   // "12 rows of 256 tokens from fortunes (held out: ...)", for the log.
   std::string describe() const;
 
  private:
-  const Setup setup_;  // forward only, batch 1: the inference plan
+  const ValidationPlan plan_;
   Session& session_;
   Executor executor_;
   const TokenDataset data_;
-  const int64_t seq_len_, rows_, predicted_peak_;
+  const int64_t seq_len_, rows_;
 };
 
 }  // namespace remat
