@@ -379,9 +379,12 @@ void Trainer::log_step(int64_t step, double loss, double grad_norm, const MoeLoa
 
 // torchtitan's validation line, and a JSONL record of its own kind. The
 // pass's peak counts towards the run's (print_memory); the next step resets
-// the allocator's peak, so the training metrics never include it.
+// the allocator's peak, and its time is left out of the metrics window, so
+// the training metrics (memory, tps, MFU) never include it.
 void Trainer::validate(int64_t step) {
+  const Clock::time_point start = Clock::now();
   const double loss = validator_->run();
+  window_.start += Clock::now() - start;
   run_peak_ = std::max(run_peak_, session_.allocator.peak());
   std::printf("validate step: %2lld  loss: %7.4f\n", static_cast<long long>(step), loss);
   std::fflush(stdout);
