@@ -34,8 +34,8 @@ TokenDataset validation_tokens(const JobConfig& config, TokenDataset& training,
     training.description += ", less the " + with_thousands(data.tokens.size()) +
                             " held out for validation";
   } else {
-    throw InputError("validation.enabled: training reads training.dataset_path, so there is no "
-                     "built-in held-out part; set validation.dataset to a held-out file");
+    throw InputError("validation: training.dataset_path is set, so there is no built-in "
+                     "held-out part; set validation.dataset to a held-out file");
   }
   if (validation_rows(config, data.tokens.size()) == 0)
     throw InputError("validation: " + data.description + " has " +
