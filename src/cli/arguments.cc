@@ -13,6 +13,8 @@ const char* const kUsage =
     "          --json for tools, --mm for the matmul table, --torchtitan for bf16 x 8 ranks,\n"
     "          --pareto FILE.svg|.csv|.json for the memory_budget front,\n"
     "          --explain for each value the plan keeps or rebuilds,\n"
+    "          --timeline FILE.svg|.json for the bytes held over one step (with\n"
+    "          --timeline-compare MODE, e.g. none, a second mode on the same axes),\n"
     "          --maximize throughput for the batch size and plan with the most tokens/s\n"
     "  grads   one forward/backward pass; --tokens FILE.npy --out FILE.safetensors\n"
     "          (the gradient dump the PyTorch oracle test compares)\n"
@@ -88,7 +90,9 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
         others.push_back(arg);
       }
     }
-    split_arguments(others, {"pareto", "maximize"}, c);
+    split_arguments(others, {"pareto", "maximize", "timeline", "timeline-compare"}, c);
+    if (c.extra.count("timeline-compare") && !c.extra.count("timeline"))
+      throw InputError("--timeline-compare MODE needs --timeline FILE.svg");
     if (auto it = c.extra.find("maximize"); it != c.extra.end() && it->second != "throughput") {
       throw InputError("--maximize " + it->second + ": expected \"throughput\"");
     }

@@ -16,7 +16,8 @@ extern const char* const kUsage;
 struct CommandLine {
   std::string command;  // "train", "eval", "plan", "grads" or "help"
   std::string config_path;
-  // Command-specific flags with values: plan's "pareto" and "maximize",
+  // Command-specific flags with values: plan's "pareto", "maximize",
+  // "timeline" and "timeline-compare",
   // grads' "tokens" and "out".
   std::map<std::string, std::string> extra;
   // Everything else, in order, for the config loader ("--section.key", "value", ...).

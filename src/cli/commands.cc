@@ -13,6 +13,7 @@
 #include "io/config.h"
 #include "io/tokenizer.h"
 #include "planner/pareto_output.h"
+#include "planner/timeline_output.h"
 #include "planner/plan_command.h"
 #include "train/evaluate.h"
 #include "train/trainer.h"
@@ -33,6 +34,12 @@ PlanCommandOptions plan_options(const CommandLine& c) {
     options.pareto_path = it->second;
     check_pareto_path(options.pareto_path);
   }
+  if (auto it = c.extra.find("timeline"); it != c.extra.end()) {
+    options.timeline_path = it->second;
+    check_timeline_path(options.timeline_path);
+  }
+  if (auto it = c.extra.find("timeline-compare"); it != c.extra.end())
+    options.timeline_compare = it->second;
   return options;
 }
 

@@ -185,6 +185,18 @@ TokenDataset load_training_tokens(const JobConfig& cfg, int64_t vocab_size) {
   return load_fortunes(kFortunesDir, vocab_size, cfg.model.tokenizer);
 }
 
+HeldOutSplit split_held_out(const std::vector<int32_t>& tokens, double fraction) {
+  const auto n = static_cast<int64_t>(tokens.size());
+  const auto tail = static_cast<int64_t>(static_cast<double>(n) * fraction);
+  const int64_t from = std::clamp<int64_t>(n - tail, std::min<int64_t>(1, n), n);
+  const auto cut = std::find(tokens.begin() + from, tokens.end(), ByteTokenizer::kBos);
+  if (cut == tokens.end())
+    throw InputError("dataset error: no document starts in the last " +
+                     std::to_string(fraction * 100) + "% of the data, so none can be held out "
+                     "for validation; set validation.dataset to a file");
+  return {std::vector<int32_t>(tokens.begin(), cut), std::vector<int32_t>(cut, tokens.end())};
+}
+
 BatchLoader::BatchLoader(std::vector<int32_t> tokens, int64_t batch_size, int64_t seq_len,
                          std::string dataset_name)
     : tokens_(std::move(tokens)), batch_size_(batch_size), seq_len_(seq_len) {

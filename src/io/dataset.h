@@ -47,6 +47,17 @@ TokenDataset load_token_file(const std::string& path, const std::string& tokeniz
 TokenDataset load_fortunes(const std::string& dir, int64_t vocab_size,
                            const std::string& tokenizer = "byte");
 
+// The built-in data's held-out part, for validation while training: the
+// documents from the first BOS at or after token n - n * fraction to the end
+// (so no document is in both parts); `train` is everything before it and the
+// only part a training run reads. Deterministic. InputError when there is no
+// such BOS after the first token (nothing could be held out).
+struct HeldOutSplit {
+  std::vector<int32_t> train, held_out;
+};
+inline constexpr double kHeldOutFraction = 0.01;
+HeldOutSplit split_held_out(const std::vector<int32_t>& tokens, double fraction);
+
 // Training batches from a token stream. The stream is cut into windows of
 // seq_len + 1 tokens with stride seq_len (window w starts at token w*seq_len,
 // so consecutive windows share one token); only whole windows are used.

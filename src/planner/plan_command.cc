@@ -13,6 +13,7 @@
 #include "planner/job_options.h"
 #include "planner/pareto_output.h"
 #include "planner/setup.h"
+#include "planner/timeline_output.h"
 #include "planner/throughput.h"
 
 namespace remat {
@@ -310,6 +311,8 @@ void print_text(const PlanReport& r, const JobConfig& config, const PlanCommandO
     std::printf("  pareto front: %zu points written to %s\n", r.front.size(),
                 options.pareto_path.c_str());
   }
+  if (!options.timeline_path.empty())
+    std::printf("  memory timeline written to %s\n", options.timeline_path.c_str());
   if (options.explain) {
     std::fputs(
         explain_plan(r.model.program, r.configured_plan, planner, r.cost, unit).c_str(), stdout);
@@ -336,6 +339,12 @@ int run_plan(JobConfig config, const PlanCommandOptions& options) {
   }
   const PlanReport report = make_report(config, options);
   if (!options.pareto_path.empty()) write_pareto_file(report, options);
+  if (!options.timeline_path.empty()) {
+    const ModelSummary& s = report.model.summary;
+    write_timelines(options.timeline_path, options.timeline_compare, report.model.program,
+                    report.configured_plan, report.configured, report.planner,
+                    s.family + " " + s.flavor);
+  }
   if (options.json) {
     print_json(report, config, options);
   } else {

@@ -19,6 +19,8 @@ struct PlanCommandOptions {
   int pareto_points = 64;   // budgets the front is solved at
   bool explain = false;     // list each value the configured plan keeps or rebuilds
   bool maximize_throughput = false;  // search local_batch_size with the budget plan
+  std::string timeline_path;     // --timeline FILE.svg|.json: bytes held over one step
+  std::string timeline_compare;  // a comparison mode drawn below the configured one
 };
 
 int run_plan(JobConfig config, const PlanCommandOptions& options);

@@ -68,13 +68,15 @@ namespace {
 // next step's FSDP booking), `open` when a step begins (after it).
 struct ReplayWatch {
   std::function<void(Allocator&)> close;
-  std::function<void(Allocator&)> open;
+  std::function<void(Allocator&, const Step&)> open;
 };
 
 // Replays the plan's schedule on a counting-only allocator and fills the
 // parts of a prediction a replay measures.
+// `with_backward` false: the forward-only pass (inference plan) booked on top
+// of a training run's full state.
 Prediction replay(const Program& program, const Plan& plan, const PlannerOptions& options,
-                  const ReplayWatch* watch) {
+                  const ReplayWatch* watch, bool with_backward = true) {
   Allocator allocator(/*counting_only=*/true);
   const double shard = 1.0 / static_cast<double>(options.shard_degree);
   const double act = activation_scale(options);
@@ -85,8 +87,7 @@ Prediction replay(const Program& program, const Plan& plan, const PlannerOptions
 
   ModelState state(program, allocator, /*with_gradients=*/true);
   state.ensure_optimizer_state();
-  Executor executor(program, make_schedule(program, plan, /*with_backward=*/true), allocator,
-                    state);
+  Executor executor(program, make_schedule(program, plan, with_backward), allocator, state);
   // A single unsharded fp32 device computes on its weights in place; any
   // other set-up works on a gathered (and possibly cast) copy of each unit.
   const bool gathered = options.shard_degree > 1 || options.bf16_compute;
@@ -97,7 +98,7 @@ Prediction replay(const Program& program, const Plan& plan, const PlannerOptions
     if (watch && !first) watch->close(allocator);
     first = false;
     booker.on_step(step);
-    if (watch) watch->open(allocator);
+    if (watch) watch->open(allocator, step);
   });
   allocator.reset_peak();
   executor.run(Batch{nullptr, nullptr});
@@ -128,17 +129,37 @@ Prediction predict(const Program& program, const Plan& plan, const PlannerOption
   return replay(program, plan, options, nullptr);
 }
 
+Prediction predict_validation(const Program& program, const Plan& plan) {
+  return replay(program, plan, PlannerOptions{}, nullptr, /*with_backward=*/false);
+}
+
 std::vector<StepLevels> replay_levels(const Program& program, const Plan& plan,
                                       const PlannerOptions& options) {
   std::vector<StepLevels> levels;
   ReplayWatch watch{
       [&](Allocator& allocator) { levels.back().peak = allocator.peak(); },
-      [&](Allocator& allocator) {
+      [&](Allocator& allocator, const Step&) {
         levels.push_back({allocator.current().total(), 0});
         allocator.reset_peak();
       }};
   replay(program, plan, options, &watch);
   return levels;
+}
+
+std::vector<TimelineSample> replay_timeline(const Program& program, const Plan& plan,
+                                            const PlannerOptions& options) {
+  std::vector<TimelineSample> samples;
+  ReplayWatch watch{
+      [&](Allocator& allocator) {
+        samples.back().after = allocator.current();
+        samples.back().peak = allocator.at_peak();
+      },
+      [&](Allocator& allocator, const Step& step) {
+        samples.push_back({step.kind, step.node, {}, {}});
+        allocator.reset_peak();
+      }};
+  replay(program, plan, options, &watch);
+  return samples;
 }
 
 std::vector<NamedMode> comparison_modes(const AcOptions& configured) {

@@ -15,6 +15,7 @@
 
 #include "ac/budget.h"
 #include "ac/policy.h"
+#include "ac/schedule.h"
 #include "core/memory.h"
 #include "graph/program.h"
 
@@ -41,10 +42,29 @@ struct Prediction {
 
 Prediction predict(const Program& program, const Plan& plan, const PlannerOptions& options);
 
+// Validation while training on the CPU engine: the forward-only pass of an
+// inference setup (`program`, `plan`) booked on top of the training state
+// (parameters, gradients, optimizer state), which stays allocated between
+// steps. Its peak is what the run's allocator reaches while validating.
+Prediction predict_validation(const Program& program, const Plan& plan);
+
 // The same replay, reporting the level at the start of every schedule step
 // and the highest level during it (the budget solver's reference table).
 std::vector<StepLevels> replay_levels(const Program& program, const Plan& plan,
                                       const PlannerOptions& options);
+
+// One schedule step of the memory timeline (`remat plan --timeline`).
+struct TimelineSample {
+  Step::Kind kind;
+  int32_t node;
+  MemorySnapshot after;  // the level once the step has ended
+  MemorySnapshot peak;   // the breakdown at the highest level inside the step
+};
+
+// The same replay, one sample per schedule step. Exact: the largest
+// peak.total() of the samples is predict()'s peak_bytes.
+std::vector<TimelineSample> replay_timeline(const Program& program, const Plan& plan,
+                                            const PlannerOptions& options);
 
 // The booking scale of activations and temporaries (bf16: 0.5).
 double activation_scale(const PlannerOptions& options);

@@ -25,10 +25,14 @@ Tensor& Executor::grad_of(ValueId v) {
   return g;
 }
 
+void Executor::release_values() {
+  for (Tensor& v : values_) v.reset();
+}
+
 double Executor::run(const Batch& batch) {
   counts_ = ExecutionCounts{};
   loss_ = 0;
-  for (Tensor& v : values_) v.reset();  // the previous step's loss
+  release_values();  // the previous step's loss
   for (const Step& step : schedule_.steps) {
     const Node& node = program_.nodes[step.node];
     label_ = std::string(to_string(step.kind)) + " " + node.fqn;

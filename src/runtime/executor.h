@@ -49,6 +49,11 @@ class Executor {
   // schedule, parameter gradients are ACCUMULATED into state.grads.
   double run(const Batch& batch);
 
+  // Frees what the last run left allocated (its loss value): an executor
+  // that shares its allocator with another (validation beside training)
+  // must leave nothing behind between runs. run() starts with this.
+  void release_values();
+
   const ExecutionCounts& counts() const { return counts_; }
   const Schedule& schedule() const { return schedule_; }
   // Times every step by phase and op kind (counts().seconds_by_op).

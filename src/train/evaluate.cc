@@ -15,6 +15,17 @@
 
 namespace remat {
 
+double mean_eval_loss(Executor& executor, std::span<const int32_t> tokens, int64_t seq_len,
+                      int64_t rows) {
+  std::vector<int32_t> inputs(seq_len), targets(seq_len);
+  double sum = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    fill_eval_rows(tokens, seq_len, r, 1, inputs, targets);
+    sum += executor.run(Batch{inputs.data(), targets.data()});
+  }
+  return sum / static_cast<double>(rows);
+}
+
 int run_eval(const JobConfig& config) {
   if (config.checkpoint.load.empty()) {
     throw InputError("eval needs weights: pass --checkpoint.load FILE.safetensors");
@@ -37,13 +48,7 @@ int run_eval(const JobConfig& config) {
   configure_threads(config);
   Session session(setup, /*with_gradients=*/false);
   load_checkpoint(config.checkpoint.load, session.state, /*with_optimizer=*/false);
-  std::vector<int32_t> inputs(seq), targets(seq);
-  double sum = 0;
-  for (int64_t r = 0; r < rows; ++r) {
-    fill_eval_rows(data.tokens, seq, r, 1, inputs, targets);
-    sum += session.executor.run(Batch{inputs.data(), targets.data()});
-  }
-  const double mean = sum / static_cast<double>(rows);
+  const double mean = mean_eval_loss(session.executor, data.tokens, seq, rows);
   if (!std::isfinite(mean)) {
     std::fflush(stdout);
     std::fprintf(stderr, "error: validation loss is not finite (%g): the weights in %s give "

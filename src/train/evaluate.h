@@ -3,11 +3,20 @@
 // against. Bad input throws InputError before any output file is touched.
 #pragma once
 
+#include <cstdint>
+#include <span>
 #include <string>
 
 #include "io/config.h"
+#include "runtime/executor.h"
 
 namespace remat {
+
+// The mean loss of a forward-only executor (batch 1) over the first `rows`
+// eval rows of `tokens` (io/dataset.h), one row per pass: what `remat eval`
+// prints and what validation while training logs, so the two agree bit for bit.
+double mean_eval_loss(Executor& executor, std::span<const int32_t> tokens, int64_t seq_len,
+                      int64_t rows);
 
 int run_eval(const JobConfig& config);
 // One forward and backward pass on the first batch*(seq+1) tokens of

@@ -58,4 +58,11 @@ int update_expert_bias(ModelState& state, float coeff) {
   });
 }
 
+void reset_expert_counts(ModelState& state) {
+  for_each_router(*state.program, [&](ParamId, ParamId counts_id) {
+    Tensor& counts = state.params[counts_id];
+    if (counts.raw() != nullptr) state.backend->zero(counts);
+  });
+}
+
 }  // namespace remat

@@ -24,5 +24,8 @@ std::string format_moe_load(const MoeLoad& load);
 // delta = coeff * sign(mean(counts) - counts), centred to zero mean;
 // expert_bias += delta; counts = 0. Returns the number of MoE layers updated.
 int update_expert_bias(ModelState& state, float coeff = 1e-3f);
+// counts = 0 without touching the bias: a forward pass that is not training
+// (validation) leaves no trace in the next step's update.
+void reset_expert_counts(ModelState& state);
 
 }  // namespace remat

@@ -68,4 +68,8 @@ std::string metrics_json(const StepMetrics& m, int64_t activation_bytes_at_peak,
   return dump_flat(line);
 }
 
+std::string validation_json(int64_t step, double loss) {
+  return dump_flat(nlohmann::ordered_json{{"step", step}, {"validation_loss", loss}});
+}
+
 }  // namespace remat

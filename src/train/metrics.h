@@ -33,4 +33,7 @@ std::string format_log_line(const StepMetrics& m, bool color = false);
 std::string metrics_json(const StepMetrics& m, int64_t activation_bytes_at_peak,
                          int64_t max_activation_bytes);
 
+// The JSON line of a validation pass: {"step": 10, "validation_loss": 5.1}.
+std::string validation_json(int64_t step, double loss);
+
 }  // namespace remat

@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,6 +32,7 @@
 #include "train/optimizer.h"
 #include "train/session.h"
 #include "train/stop_signal.h"
+#include "train/validation.h"
 
 namespace remat {
 
@@ -216,11 +219,12 @@ struct MetricsWindow {
 };
 
 // A training run over a session and a data loader that run_train has built
-// and checked; train() steps from `start_step` to training.steps.
+// and checked; train() steps from `start_step` to training.steps, validating
+// every validation.freq steps when given a validator.
 class Trainer {
  public:
   Trainer(const JobConfig& config, const Setup& setup, Session& session, BatchLoader& loader,
-          int64_t start_step, int threads);
+          Validator* validator, int64_t start_step, int threads);
   // Returns the exit status: 0, 1 when a step's loss or gradient norm is not
   // finite, 128 + the signal when stopped by SIGINT or SIGTERM.
   int train();
@@ -229,6 +233,7 @@ class Trainer {
   bool train_step(int64_t step);
   void record_step(int64_t tokens);
   void log_step(int64_t step, double loss, double grad_norm, const MoeLoad& moe);
+  void validate(int64_t step);
   void report_divergence(int64_t step, double loss, double grad_norm) const;
   void save(int64_t step) const;
   int finish(int64_t step, bool diverged, const StopSignals& stop) const;
@@ -239,6 +244,7 @@ class Trainer {
   const Setup& setup_;
   Session& session_;
   BatchLoader& loader_;
+  Validator* const validator_;  // null: no validation
   const int64_t start_step_;
   DevicePeak peak_;
   const int64_t flops_per_token_;
@@ -258,11 +264,12 @@ class Trainer {
 };
 
 Trainer::Trainer(const JobConfig& config, const Setup& setup, Session& session,
-                 BatchLoader& loader, int64_t start_step, int threads)
+                 BatchLoader& loader, Validator* validator, int64_t start_step, int threads)
     : config_(config),
       setup_(setup),
       session_(session),
       loader_(loader),
+      validator_(validator),
       start_step_(start_step),
       peak_(device_peak(config, threads)),
       flops_per_token_(model_flops_per_token(setup.model.summary, config.training.seq_len)),
@@ -318,6 +325,7 @@ bool Trainer::train_step(int64_t step) {
     report_divergence(step, loss, grad_norm);
     return false;
   }
+  if (validator_ && step % config_.validation.freq == 0) validate(step);
   if (config_.checkpoint.enable && step % config_.checkpoint.interval == 0) save(step);
   return true;
 }
@@ -360,6 +368,22 @@ void Trainer::log_step(int64_t step, double loss, double grad_norm, const MoeLoa
                      window_.max_activations));
   }
   window_ = MetricsWindow{};
+}
+
+// torchtitan's validation line, and a JSONL record of its own kind. The
+// pass's peak counts towards the run's (print_memory); the next step resets
+// the allocator's peak, and its time is left out of the metrics window, so
+// the training metrics (memory, tps, MFU) never include it.
+void Trainer::validate(int64_t step) {
+  const Clock::time_point start = Clock::now();
+  const double loss = validator_->run();
+  window_.start += Clock::now() - start;
+  run_peak_ = std::max(run_peak_, session_.allocator.peak());
+  std::printf("validate step: %2lld  loss: %7.4f\n", static_cast<long long>(step), loss);
+  std::fflush(stdout);
+  if (metrics_log_.is_open()) {
+    metrics_log_.write_line(validation_json(step, loss));
+  }
 }
 
 void Trainer::report_divergence(int64_t step, double loss, double grad_norm) const {
@@ -435,6 +459,23 @@ void Trainer::print_profile(int64_t step) const {
   }
 }
 
+// What validation reads and when, and its predicted peak next to the training
+// step's: the forward-only pass at batch 1 stays below it (its live values
+// are a subset of the training forward's, at a smaller batch).
+void print_validation(const JobConfig& config, const Setup& setup, const Validator& validator) {
+  const int64_t training_peak =
+      predict(setup.program(), setup.ac.plan, PlannerOptions{}).peak_bytes;
+  std::printf("validation: every %lld steps, %s; predicted peak %s (%lld bytes), training "
+              "step %s (%lld bytes)\n",
+              static_cast<long long>(config.validation.freq), validator.describe().c_str(),
+              format_bytes(validator.predicted_peak()).c_str(),
+              static_cast<long long>(validator.predicted_peak()),
+              format_bytes(training_peak).c_str(), static_cast<long long>(training_peak));
+  if (validator.predicted_peak() > training_peak)
+    std::printf("warning: validation raises the run's peak to %s\n",
+                format_bytes(validator.predicted_peak()).c_str());
+}
+
 }  // namespace
 
 int run_train(const JobConfig& config) {
@@ -448,12 +489,17 @@ int run_train(const JobConfig& config) {
   }
 
   // Everything the user gave is checked before anything is allocated or written.
-  TokenDataset data;
+  TokenDataset data, validation_data;
   if (!seed_only) data = load_data(config, setup.model.summary.vocab_size);
+  const bool validates = !seed_only && config.validation.enabled;
+  if (validates)
+    validation_data = validation_tokens(config, data, setup.model.summary.vocab_size);
   const RunRecord saved_run = read_saved_run(config);
   const bool writes_checkpoints = seed_only || config.checkpoint.enable;
   check_output_places(config, writes_checkpoints);
   if (!seed_only) check_run_fits(config, setup);
+  std::optional<ValidationPlan> validation_plan;
+  if (validates) validation_plan = plan_validation(config);
   const int threads = configure_threads(config);
   if (writes_checkpoints) {
     create_folders(checkpoint_folder(config), "checkpoint.folder");
@@ -470,7 +516,13 @@ int run_train(const JobConfig& config) {
     loader.set_position(
         resume_data_position(config, saved_run, start_step, loader.num_windows()));
   }
-  Trainer trainer(config, setup, session, loader, start_step, threads);
+  std::unique_ptr<Validator> validator;
+  if (validates) {
+    validator = std::make_unique<Validator>(config, session, std::move(*validation_plan),
+                                            std::move(validation_data));
+    print_validation(config, setup, *validator);
+  }
+  Trainer trainer(config, setup, session, loader, validator.get(), start_step, threads);
   return trainer.train();
 }
 

@@ -29,6 +29,17 @@ TEST(CommandLine, PlanFlagsAnywhere) {
   EXPECT_TRUE(c.overrides.empty());
 }
 
+TEST(CommandLine, PlanTimelineAndItsComparison) {
+  const CommandLine c = parse_command_line({"plan", "--config", "a.toml", "--timeline",
+                                            "t.svg", "--timeline-compare=none"});
+  EXPECT_EQ(c.extra.at("timeline"), "t.svg");
+  EXPECT_EQ(c.extra.at("timeline-compare"), "none");
+  EXPECT_TRUE(c.overrides.empty());
+  // A comparison has nothing to be drawn beside without a timeline.
+  EXPECT_THROW(parse_command_line({"plan", "--config", "a", "--timeline-compare", "none"}),
+               InputError);
+}
+
 TEST(CommandLine, GradsNeedsTokensAndOut) {
   const CommandLine c =
       parse_command_line({"grads", "--config", "a.toml", "--tokens", "t.npy", "--out", "g"});

@@ -178,6 +178,38 @@ TEST(Fortunes, DefaultDatasetIsRealText) {
   EXPECT_EQ(load_training_tokens(cfg, 2048).tokens, d.tokens);
 }
 
+TEST(HeldOut, CutsAtADocumentStartNearTheEnd) {
+  // Four documents in 16 tokens; 40% is 6 tokens, so the held-out part
+  // starts at the first BOS at or after token 10.
+  const std::vector<int32_t> t = {B, 1, E, B, 2, 2, E, B, 3, E, B, 4, 4, 4, 4, E};
+  const HeldOutSplit s = split_held_out(t, 0.4);
+  EXPECT_EQ(s.train, std::vector<int32_t>(t.begin(), t.begin() + 10));
+  EXPECT_EQ(s.held_out, std::vector<int32_t>(t.begin() + 10, t.end()));
+  // Deterministic, and the parts are disjoint and cover the stream in order.
+  EXPECT_EQ(split_held_out(t, 0.4).held_out, s.held_out);
+  // The search starts at token 1 at the latest: the whole stream is never held out.
+  EXPECT_EQ(split_held_out(t, 1.0).train, std::vector<int32_t>(t.begin(), t.begin() + 3));
+  EXPECT_NE(error_of([&] { split_held_out({B, 1, 2, E}, 0.5); }).find("validation.dataset"),
+            std::string::npos);
+}
+
+TEST(HeldOut, FortunesTailIsNeverTrainedOn) {
+  if (!fs::is_directory(kFortunesDir)) GTEST_SKIP() << "Debian package fortunes not installed";
+  JobConfig cfg;
+  cfg.validation.enabled = true;
+  const std::vector<int32_t> all = load_training_tokens(cfg, 2048).tokens;
+  const HeldOutSplit s = split_held_out(all, kHeldOutFraction);
+  EXPECT_EQ(s.train.size() + s.held_out.size(), all.size());
+  EXPECT_EQ(s.held_out.front(), B);
+  // About 1%: no more, less only by the part of the quote the cut skips.
+  EXPECT_LE(s.held_out.size(), all.size() / 100);
+  EXPECT_GT(s.held_out.size(), all.size() / 110);
+  // The loader sees only the training part: every window it serves lies in it.
+  BatchLoader loader(s.train, 1, 64, "fortunes");
+  EXPECT_EQ(loader.tokens().size(), s.train.size());
+  EXPECT_LE((loader.num_windows() - 1) * 64 + 65, static_cast<int64_t>(s.train.size()));
+}
+
 std::vector<int32_t> iota_tokens(int n) {
   std::vector<int32_t> t(n);
   std::iota(t.begin(), t.end(), 0);
