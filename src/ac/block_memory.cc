@@ -12,8 +12,7 @@ namespace remat {
 namespace {
 
 int64_t booked(int64_t bytes, double scale) {
-  return scale == 1.0 ? bytes
-                      : static_cast<int64_t>(std::ceil(static_cast<double>(bytes) * scale));
+  return scale == 1.0 ? bytes : static_cast<int64_t>(std::ceil(static_cast<double>(bytes) * scale));
 }
 
 bool is_own(const BlockShape& s, ValueId v) {
@@ -40,7 +39,7 @@ struct Simulator {
   const OpCost& cost;
   std::vector<bool> needed, keep, grad_live;
   std::vector<int32_t> forward_last, backward_last;
-  std::vector<int32_t> window;  // backward window: recompute nodes, then backward nodes
+  std::vector<int32_t> window;      // backward window: recompute nodes, then backward nodes
   std::vector<int64_t> out_bytes;   // per node: the bytes of its outputs
   std::vector<int64_t> free_bytes;  // per step: the bytes freed after it
   std::vector<std::vector<int32_t>> saved_own;  // per node: own values its backward reads
@@ -190,8 +189,8 @@ std::string block_signature(const Program& program, const BlockShape& s,
     const Node& node = program.nodes[n];
     const OpAttrs& a = node.attrs;
     put(static_cast<int64_t>(node.kind));
-    for (int64_t x : {a.m, a.k, a.n, a.rows, a.dim, a.batch, a.seq, a.heads, a.kv_heads,
-                      a.head_dim, a.experts, a.top_k}) {
+    for (int64_t x : {a.m, a.k, a.n, a.rows, a.dim, a.batch, a.seq, a.heads, a.kv_heads, a.head_dim,
+                      a.experts, a.top_k}) {
       put(x);
     }
     for (ValueId v : node.inputs) put(is_own(s, v) ? v - s.first_value : -1);

@@ -49,18 +49,18 @@ struct BlockOption {
 // signatures (same ops, shapes and wiring) have equal options.
 struct BlockShape {
   int32_t block = -1;
-  int32_t first = 0, last = -1;        // node range [first, last]
+  int32_t first = 0, last = -1;  // node range [first, last]
   std::string signature;
-  double scale = 1.0;                  // booking scale of activations and temporaries
+  double scale = 1.0;  // booking scale of activations and temporaries
   // Per own value (indexed value - first_value): bytes as booked, and facts.
   ValueId first_value = 0;
   int32_t n_values = 0;
   std::vector<int64_t> bytes;
-  std::vector<bool> boundary;          // read by a node outside the block
-  std::vector<bool> forced;            // kept whatever the choice (boundary, routing)
-  std::vector<bool> pinned;            // forced, or outside a limited decision space
-  std::vector<bool> saved;             // read by some backward of the block
-  std::vector<bool> grad_live_at_start;// its gradient exists when the backward window opens
+  std::vector<bool> boundary;            // read by a node outside the block
+  std::vector<bool> forced;              // kept whatever the choice (boundary, routing)
+  std::vector<bool> pinned;              // forced, or outside a limited decision space
+  std::vector<bool> saved;               // read by some backward of the block
+  std::vector<bool> grad_live_at_start;  // its gradient exists when the backward window opens
   // Values produced elsewhere whose gradients this window books first, and
   // whose buffers it frees: node offset -> bytes.
   std::vector<int64_t> foreign_grad_bytes;   // per block node: bytes booked by its backward

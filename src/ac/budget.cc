@@ -4,8 +4,8 @@
 #include <cmath>
 #include <limits>
 #include <map>
-#include <tuple>
 #include <stdexcept>
+#include <tuple>
 
 namespace remat {
 
@@ -27,7 +27,7 @@ const BlockOption& option_of(const BudgetProblem& pb, int32_t b, int32_t o) {
 bool cost_leq(double a, double b) { return a <= b + 1e-9 * std::max(1.0, std::abs(b)); }
 
 struct State {
-  int64_t kept;    // P: bytes kept by the blocks so far
+  int64_t kept;  // P: bytes kept by the blocks so far
   double cost;
   int32_t prev;    // index in the previous layer
   int32_t option;  // this block's option
@@ -158,10 +158,9 @@ void extend_front(const BudgetProblem& pb, int32_t b, const std::vector<State>& 
     const bool dominated = !layer.empty() && c.cost >= layer.back().cost;
     // After a dominated state, skip every later one the layer's last state
     // also dominates.
-    const int32_t next =
-        dominated ? first_cheaper(prev, c.state + 1, usable[c.option],
-                                  layer.back().cost - opts[c.option].cost)
-                  : c.state + 1;
+    const int32_t next = dominated ? first_cheaper(prev, c.state + 1, usable[c.option],
+                                                   layer.back().cost - opts[c.option].cost)
+                                   : c.state + 1;
     if (next < usable[c.option]) {
       heap.push_back(at(c.option, next));
       std::push_heap(heap.begin(), heap.end(), later);
@@ -186,8 +185,8 @@ void extend_front(const BudgetProblem& pb, int32_t b, const std::vector<State>& 
 // Least cost within `budget`, by dynamic programming over blocks (see
 // Rounding). `overflow` is set when the exact program would hold more than
 // kExactStates states in one block.
-BudgetChoice least_cost(const BudgetProblem& pb, int64_t budget, Rounding rounding,
-                        int64_t width, bool* overflow, double cost_cap = kNoCostCap) {
+BudgetChoice least_cost(const BudgetProblem& pb, int64_t budget, Rounding rounding, int64_t width,
+                        bool* overflow, double cost_cap = kNoCostCap) {
   BudgetChoice choice;
   const auto n = static_cast<int32_t>(pb.blocks.size());
   if (pb.outside_none_kept > budget) return choice;
@@ -196,7 +195,8 @@ BudgetChoice least_cost(const BudgetProblem& pb, int64_t budget, Rounding roundi
   std::vector<int64_t> least_rest(n + 1, 0);
   for (int32_t b = n - 1; b >= 0; --b) {
     int64_t least = kNoLimit;
-    for (const BlockOption& o : pb.options[pb.block_class[b]]) least = std::min(least, o.kept_bytes);
+    for (const BlockOption& o : pb.options[pb.block_class[b]])
+      least = std::min(least, o.kept_bytes);
     least_rest[b] = least_rest[b + 1] + least;
   }
   std::vector<std::vector<int32_t>> useful_options(n);
@@ -334,14 +334,15 @@ bool suffix_fronts(const BudgetProblem& pb, int64_t budget, double cost_cap,
   std::vector<int64_t> least_prefix(n + 1, 0);
   for (int32_t b = 0; b < n; ++b) {
     int64_t least = kNoLimit;
-    for (const BlockOption& o : pb.options[pb.block_class[b]]) least = std::min(least, o.kept_bytes);
+    for (const BlockOption& o : pb.options[pb.block_class[b]])
+      least = std::min(least, o.kept_bytes);
     least_prefix[b + 1] = least_prefix[b] + least;
   }
   // A state must cost less than this (the cap, up to rounding).
-  const double too_dear = cost_cap == kNoCostCap
-                              ? kNoCostCap
-                              : std::nextafter(cost_cap + 1e-9 * std::max(1.0, std::abs(cost_cap)),
-                                               kNoCostCap);
+  const double too_dear =
+      cost_cap == kNoCostCap
+          ? kNoCostCap
+          : std::nextafter(cost_cap + 1e-9 * std::max(1.0, std::abs(cost_cap)), kNoCostCap);
   for (int32_t b = n - 1; b >= 0; --b) {
     const auto& next = fronts[b + 1];
     if (next.empty()) return true;
@@ -354,10 +355,10 @@ bool suffix_fronts(const BudgetProblem& pb, int64_t budget, double cost_cap,
     std::vector<Cursor> heap;
     for (int32_t o : undominated_at(pb, b)) {
       const int64_t covered = window_peak(pb, b, opts[o]) - opts[o].kept_bytes;
-      const auto first = std::upper_bound(next.begin(), next.end(), covered,
-                                          [](int64_t x, const SuffixState& st) {
-                                            return x < st.room;
-                                          }) - next.begin();
+      const auto first =
+          std::upper_bound(next.begin(), next.end(), covered,
+                           [](int64_t x, const SuffixState& st) { return x < st.room; }) -
+          next.begin();
       heap.push_back(at(o, static_cast<int32_t>(std::max<int64_t>(first - 1, 0))));
     }
     std::make_heap(heap.begin(), heap.end(), later);
@@ -389,8 +390,8 @@ bool suffix_fronts(const BudgetProblem& pb, int64_t budget, double cost_cap,
 
 // The least cost within `budget` read off the suffix program's front, and
 // among plans of that cost (up to rounding) the lowest peak.
-BudgetChoice lookup(const BudgetProblem& pb,
-                    const std::vector<std::vector<SuffixState>>& fronts, int64_t budget) {
+BudgetChoice lookup(const BudgetProblem& pb, const std::vector<std::vector<SuffixState>>& fronts,
+                    int64_t budget) {
   BudgetChoice choice;
   const auto& front = fronts[0];
   if (pb.outside_none_kept > budget || front.empty()) return choice;
@@ -534,9 +535,8 @@ BudgetChoice solve_budget(const BudgetProblem& pb, int64_t budget) {
   // A quick plan that fits caps the cost; then the suffix program, exact,
   // unless its fronts grow too large.
   if (pb.search == BudgetProblem::Search::kSuffixFirst) {
-    const BudgetChoice coarse =
-        least_cost(pb, budget, Rounding::kThinned, std::max<int64_t>(1, most_kept(pb) / kBuckets),
-                   nullptr);
+    const BudgetChoice coarse = least_cost(pb, budget, Rounding::kThinned,
+                                           std::max<int64_t>(1, most_kept(pb) / kBuckets), nullptr);
     if (!coarse.feasible && !fits(pb, budget)) return coarse;
     std::vector<std::vector<SuffixState>> fronts;
     if (suffix_fronts(pb, budget, coarse.feasible ? coarse.cost : kNoCostCap, fronts)) {

@@ -51,13 +51,14 @@ struct SuffixState {
 struct BudgetProblem {
   const Program* program = nullptr;
   std::vector<BlockShape> blocks;
-  std::vector<int32_t> block_class;                // per block: index into options
-  std::vector<std::vector<BlockOption>> options;   // per class
-  std::vector<int32_t> reference_option;           // per class: the keep-everything choice
+  std::vector<int32_t> block_class;                  // per block: index into options
+  std::vector<std::vector<BlockOption>> options;     // per class
+  std::vector<int32_t> reference_option;             // per class: the keep-everything choice
   std::vector<int64_t> forward_base, backward_base;  // per block
-  int64_t outside_all_kept = 0;   // outside blocks while every block holds its keep-set (less it)
-  int64_t outside_none_kept = 0;  // outside blocks before the first forward / after the last backward
-  size_t enumerated = 0;          // choices kept per class after pruning, summed
+  int64_t outside_all_kept = 0;  // outside blocks while every block holds its keep-set (less it)
+  int64_t outside_none_kept =
+      0;                  // outside blocks before the first forward / after the last backward
+  size_t enumerated = 0;  // choices kept per class after pruning, summed
   // rest_cost[b][j]: a lower bound on the cost of blocks b.. when the room
   // left under the budget (budget - P_b) is in bucket j, i.e. in
   // [rest_origin + j * rest_width, rest_origin + (j + 1) * rest_width). It

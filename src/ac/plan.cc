@@ -4,13 +4,20 @@ namespace remat {
 
 const char* to_string(MatmulReason reason) {
   switch (reason) {
-    case MatmulReason::kNoCheckpointing: return "kept (no AC in this block)";
-    case MatmulReason::kFullCheckpointing: return "recomputed (full AC in this block)";
-    case MatmulReason::kKeptByAlternation: return "kept (alternation: odd)";
-    case MatmulReason::kRecomputedByAlternation: return "recomputed (alternation: even)";
-    case MatmulReason::kBelowThreshold: return "recomputed (below FLOP threshold)";
-    case MatmulReason::kMatchedFilter: return "recomputed (matched filter)";
-    case MatmulReason::kOutsideBlocks: return "kept (outside blocks)";
+    case MatmulReason::kNoCheckpointing:
+      return "kept (no AC in this block)";
+    case MatmulReason::kFullCheckpointing:
+      return "recomputed (full AC in this block)";
+    case MatmulReason::kKeptByAlternation:
+      return "kept (alternation: odd)";
+    case MatmulReason::kRecomputedByAlternation:
+      return "recomputed (alternation: even)";
+    case MatmulReason::kBelowThreshold:
+      return "recomputed (below FLOP threshold)";
+    case MatmulReason::kMatchedFilter:
+      return "recomputed (matched filter)";
+    case MatmulReason::kOutsideBlocks:
+      return "kept (outside blocks)";
   }
   return "?";
 }

@@ -14,13 +14,13 @@ namespace remat {
 
 // Why a matmul got its decision (the log_mm_flops table prints these).
 enum class MatmulReason {
-  kNoCheckpointing,        // block not checkpointed: everything kept
-  kFullCheckpointing,      // block fully checkpointed: everything recomputed
-  kKeptByAlternation,      // op AC: counter odd
-  kRecomputedByAlternation,// op AC: counter even
-  kBelowThreshold,         // op AC: 2*m*k*n < selective_op_ac_mm_flops_threshold
-  kMatchedFilter,          // op AC: FQN matched per_op_sac_force_recompute_mm_by_fqns
-  kOutsideBlocks,          // embedding/output side: never checkpointed
+  kNoCheckpointing,          // block not checkpointed: everything kept
+  kFullCheckpointing,        // block fully checkpointed: everything recomputed
+  kKeptByAlternation,        // op AC: counter odd
+  kRecomputedByAlternation,  // op AC: counter even
+  kBelowThreshold,           // op AC: 2*m*k*n < selective_op_ac_mm_flops_threshold
+  kMatchedFilter,            // op AC: FQN matched per_op_sac_force_recompute_mm_by_fqns
+  kOutsideBlocks,            // embedding/output side: never checkpointed
 };
 const char* to_string(MatmulReason reason);
 

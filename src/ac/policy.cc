@@ -1,7 +1,7 @@
 #include "ac/policy.h"
 
-#include <stdexcept>
 #include <sstream>
+#include <stdexcept>
 
 namespace remat {
 
@@ -30,8 +30,10 @@ bool fqn_matches(const std::string& fqn, const std::string& pattern) {
 std::string describe(const AcOptions& options) {
   std::ostringstream s;
   switch (options.mode) {
-    case AcOptions::Mode::kNone: return "none";
-    case AcOptions::Mode::kFull: return "full";
+    case AcOptions::Mode::kNone:
+      return "none";
+    case AcOptions::Mode::kFull:
+      return "full";
     case AcOptions::Mode::kSelectiveLayer:
       s << "selective " << options.layer_frequency;
       return s.str();
@@ -42,8 +44,10 @@ std::string describe(const AcOptions& options) {
       }
       s << "])";
       return s.str();
-    case AcOptions::Mode::kMemoryBudget: return "memory_budget " + options.memory_budget;
-    case AcOptions::Mode::kAuto: return "auto";
+    case AcOptions::Mode::kMemoryBudget:
+      return "memory_budget " + options.memory_budget;
+    case AcOptions::Mode::kAuto:
+      return "auto";
   }
   return "?";
 }
@@ -52,14 +56,18 @@ namespace {
 
 bool block_checkpointed(const AcOptions& options, int32_t block) {
   switch (options.mode) {
-    case AcOptions::Mode::kNone: return false;
-    case AcOptions::Mode::kFull: return true;
+    case AcOptions::Mode::kNone:
+      return false;
+    case AcOptions::Mode::kFull:
+      return true;
     case AcOptions::Mode::kSelectiveLayer:
       // Blocks are counted from 1; N = 0 means every block.
       return options.layer_frequency <= 1 || (block + 1) % options.layer_frequency == 0;
-    case AcOptions::Mode::kSelectiveOp: return false;
+    case AcOptions::Mode::kSelectiveOp:
+      return false;
     case AcOptions::Mode::kMemoryBudget:
-    case AcOptions::Mode::kAuto: break;
+    case AcOptions::Mode::kAuto:
+      break;
   }
   throw std::logic_error("make_plan: budget modes are solved by the planner");
 }
@@ -109,8 +117,7 @@ Plan make_plan(const Program& program, const AcOptions& options) {
         }
       } else {
         keep = !block_checkpointed(options, node.block);
-        decision.reason =
-            keep ? MatmulReason::kNoCheckpointing : MatmulReason::kFullCheckpointing;
+        decision.reason = keep ? MatmulReason::kNoCheckpointing : MatmulReason::kFullCheckpointing;
       }
     }
     decision.keep = keep;

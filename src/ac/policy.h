@@ -21,9 +21,9 @@ struct AcOptions {
     kMemoryBudget,
     kAuto
   } mode = Mode::kSelectiveOp;
-  int64_t layer_frequency = 2;                 // selective layer AC: every N-th block
-  double mm_flops_threshold = 0;               // op AC
-  bool auto_threshold = false;                 // op AC: "auto", resolved by the planner
+  int64_t layer_frequency = 2;    // selective layer AC: every N-th block
+  double mm_flops_threshold = 0;  // op AC
+  bool auto_threshold = false;    // op AC: "auto", resolved by the planner
   std::vector<std::string> force_recompute_fqns = {"moe.router.gate"};  // op AC
   std::string memory_budget;  // kMemoryBudget: a fraction "0.5" or a size "12GiB"
 };

@@ -28,9 +28,9 @@ std::string format_matmul_table(const Program& program, const Plan& plan, bool w
     const Node& node = program.nodes[d.node];
     const OpAttrs& a = node.attrs;
     char shape[128];
-    std::snprintf(shape, sizeof shape, "(%lld x %lld) x (%lld x %lld)",
-                  static_cast<long long>(a.m), static_cast<long long>(a.k),
-                  static_cast<long long>(a.k), static_cast<long long>(a.n));
+    std::snprintf(shape, sizeof shape, "(%lld x %lld) x (%lld x %lld)", static_cast<long long>(a.m),
+                  static_cast<long long>(a.k), static_cast<long long>(a.k),
+                  static_cast<long long>(a.n));
     std::string decision = to_string(d.reason);
     if (d.reason == MatmulReason::kMatchedFilter) {
       decision = "recomputed (matched filter '" + d.matched_pattern + "')";
@@ -38,7 +38,7 @@ std::string format_matmul_table(const Program& program, const Plan& plan, bool w
     // A matmul the policy keeps whose output no backward reads (e.g. w2, whose
     // output only feeds a residual add) is not stored: the plan says so.
     if (d.keep && !plan.keep[node.outputs[0]]) decision += " [not needed: not stored]";
-    Row row{generalize_layer_index(node.fqn), shape, decision, forward_flops(node),
+    Row row{generalize_layer_index(node.fqn),        shape, decision, forward_flops(node),
             program.values[node.outputs[0]].bytes(), 1};
     const std::string key = row.fqn + "|" + row.shape + "|" + row.decision;
     auto it = index.find(key);
@@ -58,9 +58,8 @@ std::string format_matmul_table(const Program& program, const Plan& plan, bool w
   std::string out = "matmuls (" + std::to_string(plan.matmuls.size()) +
                     " in the model), AC: " + plan.description + "\n";
   char line[512];
-  std::snprintf(line, sizeof line, "  %-*s  %-*s  %12s  %5s  %s%s\n",
-                static_cast<int>(fqn_width), "fqn", static_cast<int>(shape_width),
-                "(m x k) x (k x n)", "FLOPs", "count",
+  std::snprintf(line, sizeof line, "  %-*s  %-*s  %12s  %5s  %s%s\n", static_cast<int>(fqn_width),
+                "fqn", static_cast<int>(shape_width), "(m x k) x (k x n)", "FLOPs", "count",
                 with_bytes ? "  output bytes  FLOPs/byte  " : "", "decision");
   out += line;
   for (const Row& r : rows) {

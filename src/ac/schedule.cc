@@ -8,9 +8,12 @@ namespace remat {
 
 const char* to_string(Step::Kind kind) {
   switch (kind) {
-    case Step::Kind::kForward: return "forward";
-    case Step::Kind::kRecompute: return "recompute";
-    case Step::Kind::kBackward: return "backward";
+    case Step::Kind::kForward:
+      return "forward";
+    case Step::Kind::kRecompute:
+      return "recompute";
+    case Step::Kind::kBackward:
+      return "backward";
   }
   return "?";
 }

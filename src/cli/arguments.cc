@@ -101,8 +101,8 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
     if (!c.extra.count("tokens") || !c.extra.count("out"))
       throw InputError("grads needs --tokens FILE.npy and --out FILE.safetensors");
   } else {
-    throw InputError("unknown command '" + c.command +
-                     "' (expected train, eval, plan or grads)\n" + kUsage);
+    throw InputError("unknown command '" + c.command + "' (expected train, eval, plan or grads)\n" +
+                     kUsage);
   }
   return c;
 }

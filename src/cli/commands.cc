@@ -13,8 +13,8 @@
 #include "io/config.h"
 #include "io/tokenizer.h"
 #include "planner/pareto_output.h"
-#include "planner/timeline_output.h"
 #include "planner/plan_command.h"
+#include "planner/timeline_output.h"
 #include "train/evaluate.h"
 #include "train/trainer.h"
 

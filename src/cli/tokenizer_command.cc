@@ -29,8 +29,7 @@ std::map<std::string, std::string> parse_flags(const std::vector<std::string>& a
     } else if (i + 1 < args.size()) {
       value = args[++i];
     } else {
-      throw InputError("tokenizer " + args[0] + ": " + name + " needs a value\n" +
-                       kTokenizerUsage);
+      throw InputError("tokenizer " + args[0] + ": " + name + " needs a value\n" + kTokenizerUsage);
     }
     bool is_known = false;
     for (const std::string& k : known) is_known = is_known || name == "--" + k;
@@ -82,8 +81,8 @@ int encode(const std::vector<std::string>& args) {
   const auto flags = parse_flags(args, {"model", "input"});
   const SentencePieceTokenizer tokenizer(required(flags, "encode", "model"), "--model");
   const std::string& input = required(flags, "encode", "input");
-  std::istringstream lines(read_regular_file(input, "tokenizer encode --input", "a text file",
-                                             int64_t{1} << 30));
+  std::istringstream lines(
+      read_regular_file(input, "tokenizer encode --input", "a text file", int64_t{1} << 30));
   std::string line, out;
   while (std::getline(lines, line)) {
     out.clear();

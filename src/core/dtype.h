@@ -14,9 +14,12 @@ enum class DType : uint8_t {
 
 constexpr int64_t dtype_size(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return 4;
-    case DType::kI32: return 4;
-    case DType::kBF16: return 2;
+    case DType::kF32:
+      return 4;
+    case DType::kI32:
+      return 4;
+    case DType::kBF16:
+      return 2;
   }
   return 0;
 }

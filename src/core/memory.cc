@@ -10,11 +10,16 @@ namespace remat {
 
 const char* to_string(MemoryCategory category) {
   switch (category) {
-    case MemoryCategory::kParameters: return "parameters";
-    case MemoryCategory::kGradients: return "gradients";
-    case MemoryCategory::kOptimizerState: return "optimizer_state";
-    case MemoryCategory::kActivations: return "activations";
-    case MemoryCategory::kTemporaries: return "temporaries";
+    case MemoryCategory::kParameters:
+      return "parameters";
+    case MemoryCategory::kGradients:
+      return "gradients";
+    case MemoryCategory::kOptimizerState:
+      return "optimizer_state";
+    case MemoryCategory::kActivations:
+      return "activations";
+    case MemoryCategory::kTemporaries:
+      return "temporaries";
   }
   return "?";
 }

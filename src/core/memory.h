@@ -31,9 +31,9 @@ enum class MemoryCategory : int {
   kParameters = 0,
   kGradients,
   kOptimizerState,
-  kActivations,   // values kept from the forward pass for the backward pass
-  kTemporaries,   // everything short-lived: transient values, recomputed
-                  // values, activation gradients, kernel workspaces
+  kActivations,  // values kept from the forward pass for the backward pass
+  kTemporaries,  // everything short-lived: transient values, recomputed
+                 // values, activation gradients, kernel workspaces
 };
 constexpr int kNumMemoryCategories = 5;
 const char* to_string(MemoryCategory category);

@@ -26,9 +26,12 @@ std::string to_string(const Shape& shape) {
 
 const char* to_string(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return "f32";
-    case DType::kI32: return "i32";
-    case DType::kBF16: return "bf16";
+    case DType::kF32:
+      return "f32";
+    case DType::kI32:
+      return "i32";
+    case DType::kBF16:
+      return "bf16";
   }
   return "?";
 }

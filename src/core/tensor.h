@@ -21,8 +21,7 @@ std::string to_string(const Shape& shape);
 class Tensor {
  public:
   Tensor() = default;
-  Tensor(Allocator& allocator, Shape shape, MemoryCategory category,
-         DType dtype = DType::kF32);
+  Tensor(Allocator& allocator, Shape shape, MemoryCategory category, DType dtype = DType::kF32);
   ~Tensor() { reset(); }
   Tensor(Tensor&& other) noexcept { *this = std::move(other); }
   Tensor& operator=(Tensor&& other) noexcept;

@@ -19,9 +19,8 @@ ParamId ProgramBuilder::buffer(const std::string& fqn, Shape shape) {
   return static_cast<ParamId>(program_.params.size() - 1);
 }
 
-ValueId ProgramBuilder::add_node(OpKind kind, const std::string& fqn,
-                                 std::vector<ValueId> inputs, std::vector<ParamId> params,
-                                 const OpAttrs& attrs) {
+ValueId ProgramBuilder::add_node(OpKind kind, const std::string& fqn, std::vector<ValueId> inputs,
+                                 std::vector<ParamId> params, const OpAttrs& attrs) {
   const OpInfo& info = op_info(kind);
   if (static_cast<int>(inputs.size()) != info.num_inputs) {
     throw std::logic_error("wrong number of inputs for " + fqn);
@@ -50,8 +49,7 @@ ValueId ProgramBuilder::embedding(const std::string& fqn, ParamId table) {
   return add_node(OpKind::kEmbedding, fqn, {}, {table}, a);
 }
 
-ValueId ProgramBuilder::rmsnorm(const std::string& fqn, ValueId x, ParamId weight,
-                                float eps) {
+ValueId ProgramBuilder::rmsnorm(const std::string& fqn, ValueId x, ParamId weight, float eps) {
   OpAttrs a;
   a.rows = shape(x)[0];
   a.dim = shape(x)[1];
@@ -130,8 +128,8 @@ ValueId ProgramBuilder::moe_combine(const std::string& fqn, ValueId rows, ValueI
   return add_node(OpKind::kMoeCombine, fqn, {rows, perm}, {}, a);
 }
 
-ValueId ProgramBuilder::rope(const std::string& fqn, ValueId x, int64_t heads,
-                             int64_t head_dim, double theta) {
+ValueId ProgramBuilder::rope(const std::string& fqn, ValueId x, int64_t heads, int64_t head_dim,
+                             double theta) {
   OpAttrs a;
   a.batch = program_.batch;
   a.seq = program_.seq;

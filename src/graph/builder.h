@@ -30,18 +30,15 @@ class ProgramBuilder {
   // y = x @ w with w stored (..., in, out), e.g. (1, dim, hidden).
   ValueId linear_in_out(const std::string& fqn, ValueId x, ParamId weight);
   // MoE (spec.md §3). Returns (top-k scores, expert indices).
-  std::pair<ValueId, ValueId> moe_route(const std::string& fqn, ValueId logits,
-                                        ParamId expert_bias, ParamId counts, int64_t top_k,
-                                        bool sigmoid);
-  MoeDispatched moe_dispatch(const std::string& fqn, ValueId x, ValueId scores,
-                             ValueId indices, int64_t experts);
-  ValueId grouped_linear(const std::string& fqn, ValueId rows, ValueId offsets,
-                         ParamId weight);
+  std::pair<ValueId, ValueId> moe_route(const std::string& fqn, ValueId logits, ParamId expert_bias,
+                                        ParamId counts, int64_t top_k, bool sigmoid);
+  MoeDispatched moe_dispatch(const std::string& fqn, ValueId x, ValueId scores, ValueId indices,
+                             int64_t experts);
+  ValueId grouped_linear(const std::string& fqn, ValueId rows, ValueId offsets, ParamId weight);
   ValueId moe_combine(const std::string& fqn, ValueId rows, ValueId perm, int64_t top_k);
-  ValueId rope(const std::string& fqn, ValueId x, int64_t heads, int64_t head_dim,
-               double theta);
-  ValueId attention(const std::string& fqn, ValueId q, ValueId k, ValueId v,
-                    int64_t heads, int64_t kv_heads, int64_t head_dim);
+  ValueId rope(const std::string& fqn, ValueId x, int64_t heads, int64_t head_dim, double theta);
+  ValueId attention(const std::string& fqn, ValueId q, ValueId k, ValueId v, int64_t heads,
+                    int64_t kv_heads, int64_t head_dim);
   ValueId silu_mul(const std::string& fqn, ValueId a, ValueId b);
   ValueId add(const std::string& fqn, ValueId a, ValueId b);
   // Sets program.loss.

@@ -43,34 +43,34 @@ enum class OpKind {
   kCrossEntropy,  // logits[rows, vocab] (targets) -> loss[1], lse[rows]
   // Mixture of experts (spec.md §3). Expert ids and row permutations travel
   // as exact floats so that every value is an fp32 tensor.
-  kMoeRoute,      // logits[T, E] -> scores[T, k], indices[T, k]    params: expert_bias, counts
-  kMoeDispatch,   // x[T, D], scores, indices -> rows[T*k, D], offsets[E+1], perm[T*k]
-  kGroupedLinear, // rows[N, K], offsets[E+1] -> out[N, n]           params: w[E, K, n]
-  kMoeCombine,    // rows[T*k, D], perm[T*k] -> y[T, D]
-  kNumKinds,      // not an op: the number of kinds
+  kMoeRoute,       // logits[T, E] -> scores[T, k], indices[T, k]    params: expert_bias, counts
+  kMoeDispatch,    // x[T, D], scores, indices -> rows[T*k, D], offsets[E+1], perm[T*k]
+  kGroupedLinear,  // rows[N, K], offsets[E+1] -> out[N, n]           params: w[E, K, n]
+  kMoeCombine,     // rows[T*k, D], perm[T*k] -> y[T, D]
+  kNumKinds,       // not an op: the number of kinds
 };
 constexpr int kNumOpKinds = static_cast<int>(OpKind::kNumKinds);
 constexpr int kMaxOpOutputs = 3;
 
 // What the AC policy reasons about.
 enum class OpClass {
-  kMatmul,          // a projection: candidates for "save every other matmul"
-  kAttentionCore,   // always kept by op-level AC (output and statistics)
-  kOther,           // cheap to recompute
+  kMatmul,         // a projection: candidates for "save every other matmul"
+  kAttentionCore,  // always kept by op-level AC (output and statistics)
+  kOther,          // cheap to recompute
 };
 
 // The dimensions a kernel needs; which fields are used depends on the kind.
 struct OpAttrs {
-  int64_t m = 0, k = 0, n = 0;                 // linear: rows, in, out
-  int64_t rows = 0, dim = 0;                   // embedding, norm, elementwise, CE
+  int64_t m = 0, k = 0, n = 0;  // linear: rows, in, out
+  int64_t rows = 0, dim = 0;    // embedding, norm, elementwise, CE
   int64_t batch = 0, seq = 0, heads = 0, kv_heads = 0, head_dim = 0;
-  double theta = 0;                            // rope
-  float eps = 0;                               // rmsnorm
+  double theta = 0;  // rope
+  float eps = 0;     // rmsnorm
   // linear: the weight is stored (in, out) = [k, n] instead of PyTorch's
   // [n, k] (torchtitan's expert layout, used for the MoE shared expert).
   bool weight_in_out = false;
-  int64_t experts = 0, top_k = 0;              // MoE ops (rows = tokens, dim = D)
-  bool sigmoid = false;                        // MoE route: score function
+  int64_t experts = 0, top_k = 0;  // MoE ops (rows = tokens, dim = D)
+  bool sigmoid = false;            // MoE route: score function
 };
 
 // One row of the op table.

@@ -24,7 +24,7 @@ using ParamId = int32_t;
 constexpr ParamId kNoParam = -1;
 
 struct Value {
-  std::string name;   // e.g. "layers.3.attention.wq:out"
+  std::string name;  // e.g. "layers.3.attention.wq:out"
   Shape shape;
   int32_t producer = -1;
   DType dtype = DType::kF32;
@@ -35,21 +35,21 @@ struct Value {
 struct ParamInit {
   enum class Kind { kNormal, kTruncatedNormal, kOnes, kZeros } kind = Kind::kZeros;
   double std = 0;
-  double lower = 0;   // truncation bounds (absolute values)
+  double lower = 0;  // truncation bounds (absolute values)
   double upper = 0;
 };
 
 struct Param {
-  std::string fqn;    // torchtitan FQN with ".weight", e.g. "layers.0.attention.wq.weight"
+  std::string fqn;  // torchtitan FQN with ".weight", e.g. "layers.0.attention.wq.weight"
   Shape shape;
   ParamInit init;
-  bool trainable = true;   // false for buffers updated outside the optimizer
+  bool trainable = true;  // false for buffers updated outside the optimizer
   DType dtype = DType::kF32;
 };
 
 struct Node {
   OpKind kind;
-  std::string fqn;    // module FQN, e.g. "layers.3.attention.wq"
+  std::string fqn;  // module FQN, e.g. "layers.3.attention.wq"
   std::vector<ValueId> inputs;
   std::vector<ValueId> outputs;
   std::vector<ParamId> params;
@@ -64,7 +64,7 @@ struct Program {
   int32_t n_blocks = 0;
   int64_t batch = 0;
   int64_t seq = 0;
-  ValueId loss = -1;   // a [1] value holding the mean loss
+  ValueId loss = -1;  // a [1] value holding the mean loss
 
   int64_t num_parameters() const;
   // Nodes that consume value v, in execution order.

@@ -36,14 +36,14 @@
 namespace remat {
 namespace {
 
-using FieldRef = std::variant<int64_t*, double*, bool*, std::string*, std::vector<std::string>*,
-                              NumberOrAuto*>;
+using FieldRef =
+    std::variant<int64_t*, double*, bool*, std::string*, std::vector<std::string>*, NumberOrAuto*>;
 
 // A torchtitan key without a JobConfig field (spec.md §1: listed as ignored).
 struct ForeignKey {
   std::string_view section, key;
-  char kind;                 // 'b' bool, 'i' integer, 's' string, 'l' list of strings
-  std::string_view reason;   // "GPU-only" or "not built"
+  char kind;                // 'b' bool, 'i' integer, 's' string, 'l' list of strings
+  std::string_view reason;  // "GPU-only" or "not built"
   // The value (as render() writes it) that asks for nothing this engine
   // lacks, so setting it is honoring it; "" when every value asks for more.
   std::string_view neutral;
@@ -222,10 +222,9 @@ std::string toml_value(const FieldRef& ref) {
 }
 
 const char* expectation(const FieldRef& ref) {
-  static const char* const kByIndex[] = {"expected an integer", "expected a number",
-                                         "expected true or false", "expected a string",
-                                         "expected a list of strings",
-                                         "expected a number or \"auto\""};
+  static const char* const kByIndex[] = {
+      "expected an integer", "expected a number",          "expected true or false",
+      "expected a string",   "expected a list of strings", "expected a number or \"auto\""};
   return kByIndex[ref.index()];
 }
 
@@ -278,8 +277,8 @@ class Schema {
         throw std::logic_error("config: " + std::string(k.section) + "." + std::string(k.key) +
                                " is both a field and in kTorchtitanOnly");
       ForeignValue& value = foreign_values_.emplace_back(initial_value(k.kind));
-      fields_.push_back(Field{k.section, k.key,
-                              std::visit([](auto& v) -> FieldRef { return &v; }, value), &k});
+      fields_.push_back(
+          Field{k.section, k.key, std::visit([](auto& v) -> FieldRef { return &v; }, value), &k});
     }
   }
 
@@ -451,8 +450,7 @@ void check_toml_lexically_safe(const std::string& text, const std::string& sourc
   };
   auto fail = [&](size_t at, const std::string& what) {
     throw InputError("config error: TOML syntax error in " + source + " at line " +
-                     std::to_string(line) + ", column " + std::to_string(column(at)) + ": " +
-                     what);
+                     std::to_string(line) + ", column " + std::to_string(column(at)) + ": " + what);
   };
   auto newline = [&](size_t at) {
     ++line;
@@ -496,12 +494,12 @@ void check_toml_lexically_safe(const std::string& text, const std::string& sourc
       in_bare = false;
     }
     const bool value_starts =
-        !in_key && (last == '=' || ((last == '[' || last == ',') && !open.empty() &&
-                                    open.back() == '['));
+        !in_key &&
+        (last == '=' || ((last == '[' || last == ',') && !open.empty() && open.back() == '['));
     // A quote opens a string only where a key or a value starts.
     const bool string_may_start =
-        value_starts || (in_key && (prev == '\n' || last == '.' || last == '{' ||
-                                    last == ',' || last == '['));
+        value_starts ||
+        (in_key && (prev == '\n' || last == '.' || last == '{' || last == ',' || last == '['));
     if ((c == '"' || c == '\'') && string_may_start) {
       const bool multi = text.compare(i, 3, std::string(3, c)) == 0;
       i += multi ? 3 : 1;
@@ -528,8 +526,9 @@ void check_toml_lexically_safe(const std::string& text, const std::string& sourc
               ++k;
             }
             if (k < text.size() && static_cast<unsigned char>(text[k]) >= 0x80)
-              fail(k, "a non-ASCII character right after a line-ending backslash (toml++ 3.3.0 "
-                      "cannot read it there; write it as a \\u escape or move the backslash)");
+              fail(k,
+                   "a non-ASCII character right after a line-ending backslash (toml++ 3.3.0 "
+                   "cannot read it there; write it as a \\u escape or move the backslash)");
             i = k;
             continue;
           }

@@ -29,14 +29,14 @@ struct JobConfig {
   struct Job {
     std::string description;
     std::string dump_folder = "./outputs";
-    bool print_args = false;              // print the resolved config at start-up
+    bool print_args = false;  // print the resolved config at start-up
   } job;
   struct Model {
-    std::string name = "llama3";          // "llama3" | "llama4"
+    std::string name = "llama3";  // "llama3" | "llama4"
     std::string flavor = "debugmodel";
-    int64_t vocab_size = 0;               // 0: the tokenizer's, else the flavor's
-    std::string tokenizer = "byte";       // "byte" or a tokenizer file
-    std::string tokenizer_path;           // torchtitan's key: a SentencePiece .model
+    int64_t vocab_size = 0;          // 0: the tokenizer's, else the flavor's
+    std::string tokenizer = "byte";  // "byte" or a tokenizer file
+    std::string tokenizer_path;      // torchtitan's key: a SentencePiece .model
     // Architecture overrides on top of the flavor (0 / negative: flavor's).
     // Used for test models and the benchmark's wider model.
     int64_t dim = 0;
@@ -49,17 +49,17 @@ struct JobConfig {
     int64_t num_experts = 0;
     int64_t top_k = 0;
     int64_t interleave_moe_layer_step = 0;
-    std::string score_func;               // "" (flavor's), "softmax", "sigmoid"
+    std::string score_func;  // "" (flavor's), "softmax", "sigmoid"
   } model;
   struct Training {
     int64_t local_batch_size = 8;
     int64_t seq_len = 2048;
-    int64_t steps = 10;                   // >= 0; 0 builds and reports only
+    int64_t steps = 10;  // >= 0; 0 builds and reports only
     double max_norm = 1.0;
     int64_t seed = 0;
-    std::string dataset = "fortunes";     // built-in default dataset name
-    std::string dataset_path;             // a .txt, .jsonl or .npy file
-    int64_t threads = 0;                  // 0: all cores
+    std::string dataset = "fortunes";  // built-in default dataset name
+    std::string dataset_path;          // a .txt, .jsonl or .npy file
+    int64_t threads = 0;               // 0: all cores
     // The compute dtype the planner assumes (master weights, gradients and
     // optimizer state stay fp32). The CPU engine itself computes in fp32.
     std::string mixed_precision_param = "float32";  // "float32" | "bfloat16"
@@ -75,20 +75,20 @@ struct JobConfig {
   struct LrScheduler {
     int64_t warmup_steps = 2;
     double decay_ratio = 0.8;
-    std::string decay_type = "linear";    // "linear" | "sqrt" | "cosine"
+    std::string decay_type = "linear";  // "linear" | "sqrt" | "cosine"
     double lr_min = 0.0;
   } lr_scheduler;
   struct ActivationCheckpoint {
-    std::string mode = "selective";       // none | full | selective | memory_budget | auto
+    std::string mode = "selective";         // none | full | selective | memory_budget | auto
     std::string selective_ac_option = "2";  // "op" or a decimal integer
     NumberOrAuto selective_op_ac_mm_flops_threshold;  // FLOPs, or "auto"
     std::vector<std::string> per_op_sac_force_recompute_mm_by_fqns = {"moe.router.gate"};
     bool log_mm_flops = false;
-    std::string memory_budget;            // fraction "0.5" or size "12GiB"
+    std::string memory_budget;  // fraction "0.5" or size "12GiB"
     // What recompute costs to the budget solver: "flops", or "measured" (each
     // op's forward time on this machine at this shape, calibrated and cached).
     std::string cost_model = "flops";
-    std::string cost_cache;               // "" : <job.dump_folder>/op_times.json
+    std::string cost_cache;  // "" : <job.dump_folder>/op_times.json
     // "remat" (the true-peak solver) or "pytorch_knapsack" (PyTorch's
     // saved-bytes knapsack, a baseline to compare against; fraction only).
     std::string budget_solver = "remat";
@@ -100,17 +100,17 @@ struct JobConfig {
     bool disable_color_printing = false;  // colour is only ever used on a terminal
   } metrics;
   struct Checkpoint {
-    bool enable = false;                  // also read as torchtitan's enable_checkpoint
-    std::string folder = "checkpoint";    // under job.dump_folder
+    bool enable = false;                // also read as torchtitan's enable_checkpoint
+    std::string folder = "checkpoint";  // under job.dump_folder
     int64_t interval = 500;
-    std::string load;                     // a .safetensors file to start from
+    std::string load;  // a .safetensors file to start from
     bool create_seed_checkpoint = false;
   } checkpoint;
   struct Validation {
     bool enabled = false;
-    std::string dataset;                  // a .npy token file (or text)
+    std::string dataset;  // a .npy token file (or text)
     int64_t freq = 10;
-    int64_t steps = -1;                   // -1: the whole file
+    int64_t steps = -1;  // -1: the whole file
   } validation;
   struct Parallelism {
     // torchtitan's -1 ("every rank left") is resolved when loading: this
@@ -118,10 +118,10 @@ struct JobConfig {
     int64_t data_parallel_shard_degree = 1;
   } parallelism;
   struct Profiling {
-    bool enable_profiling = false;        // the per-op time profile at the end of train
+    bool enable_profiling = false;  // the per-op time profile at the end of train
   } profiling;
   struct Memory {
-    std::string limit;                    // e.g. "16GiB"; "" : physical RAM
+    std::string limit;  // e.g. "16GiB"; "" : physical RAM
   } memory;
 
   // Not a section: the torchtitan keys the config set that this engine does
@@ -142,8 +142,7 @@ std::string format_job_config(const JobConfig& config);
 // Reads the TOML file (missing/unreadable/directory -> InputError), applies
 // the overrides (argv-style: "--section.key", "value" or "--section.key=value"),
 // then validates ranges. Returns the config.
-JobConfig load_job_config(const std::string& path,
-                          const std::vector<std::string>& overrides);
+JobConfig load_job_config(const std::string& path, const std::vector<std::string>& overrides);
 
 // The largest training.threads accepted: 4 x the cores, at most 1024 (an
 // OpenMP pool of 100000 threads overflows the stack rather than failing).

@@ -192,7 +192,8 @@ HeldOutSplit split_held_out(const std::vector<int32_t>& tokens, double fraction)
   const auto cut = std::find(tokens.begin() + from, tokens.end(), ByteTokenizer::kBos);
   if (cut == tokens.end())
     throw InputError("dataset error: no document starts in the last " +
-                     std::to_string(fraction * 100) + "% of the data, so none can be held out "
+                     std::to_string(fraction * 100) +
+                     "% of the data, so none can be held out "
                      "for validation; set validation.dataset to a file");
   return {std::vector<int32_t>(tokens.begin(), cut), std::vector<int32_t>(cut, tokens.end())};
 }

@@ -128,7 +128,8 @@ std::string read_regular_file(const std::string& path, const std::string& what,
 
 void check_output_file(const std::string& path, const std::string& key) {
   if (path.empty()) throw InputError(key + ": empty path, expected a file name");
-  if (path.back() == '/') throw InputError(key + ": " + in_quotes(path) + " names a folder, expected a file");
+  if (path.back() == '/')
+    throw InputError(key + ": " + in_quotes(path) + " names a folder, expected a file");
   check_replaceable(path, key);
   check_replaceable(path + ".tmp", key);
   check_writable_folder(parent_of(path), key, in_quotes(path));
@@ -145,7 +146,8 @@ void check_output_folder(const std::string& folder, const std::string& key) {
 void create_folders(const std::string& folder, const std::string& key) {
   std::error_code ec;
   fs::create_directories(folder, ec);
-  if (ec) throw InputError(key + ": cannot create folder " + in_quotes(folder) + ": " + ec.message());
+  if (ec)
+    throw InputError(key + ": cannot create folder " + in_quotes(folder) + ": " + ec.message());
 }
 
 AtomicFile::AtomicFile(const std::string& path, const std::string& key, bool make_folders)
@@ -156,7 +158,8 @@ AtomicFile::AtomicFile(const std::string& path, const std::string& key, bool mak
   check_replaceable(tmp_, key_);
   // O_EXCL | O_NOFOLLOW: never write through something planted at the name.
   fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-  if (fd_ < 0) throw InputError(key_ + ": cannot create " + in_quotes(tmp_) + ": " + std::strerror(errno));
+  if (fd_ < 0)
+    throw InputError(key_ + ": cannot create " + in_quotes(tmp_) + ": " + std::strerror(errno));
 }
 
 AtomicFile::~AtomicFile() {
@@ -213,7 +216,8 @@ LineLog::LineLog(const std::string& path, const std::string& key, bool append) :
   create_folders(parent_of(path), key);
   fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC,
                0644);
-  if (fd_ < 0) throw InputError(key + ": cannot open " + in_quotes(path) + ": " + std::strerror(errno));
+  if (fd_ < 0)
+    throw InputError(key + ": cannot open " + in_quotes(path) + ": " + std::strerror(errno));
   struct stat st;
   if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd_);

@@ -265,7 +265,8 @@ TokenArray parse_token_header(const std::string& path, const std::string& header
 std::vector<int32_t> read_npy_tokens(const std::string& path) {
   int64_t file_size = 0, data_offset = 0;
   std::ifstream in = open_token_file(path, &file_size);
-  const TokenArray a = parse_token_header(path, read_header_text(in, path, file_size, &data_offset));
+  const TokenArray a =
+      parse_token_header(path, read_header_text(in, path, file_size, &data_offset));
   const int64_t count = a.count, item_size = a.item_size;
   const int64_t available = file_size - data_offset;
   if (count > available / item_size)

@@ -176,16 +176,16 @@ SafetensorsReader::Info SafetensorsReader::parse_entry(const std::string& path,
   for (const json& d : entry["shape"]) {
     uint64_t u = 0;
     if (!as_offset(d, u) || u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-      fail(path, where + "shape must be an array of non-negative integers, got " +
-                     entry["shape"].dump());
+      fail(path,
+           where + "shape must be an array of non-negative integers, got " + entry["shape"].dump());
     info.shape.push_back(static_cast<int64_t>(u));
   }
   const json& offsets = entry["data_offsets"];
   uint64_t begin = 0, end = 0;
   if (!offsets.is_array() || offsets.size() != 2 || !as_offset(offsets[0], begin) ||
       !as_offset(offsets[1], end) || begin > end)
-    fail(path, where + "data_offsets must be [begin, end] with 0 <= begin <= end, got " +
-                   offsets.dump());
+    fail(path,
+         where + "data_offsets must be [begin, end] with 0 <= begin <= end, got " + offsets.dump());
   if (end > data_size)
     fail(path, where + "data_offsets " + offsets.dump() + " lie outside the file (" +
                    std::to_string(data_size) + " data bytes after the header)");
@@ -248,8 +248,9 @@ void SafetensorsReader::check_layout(const std::string& path,
     expected = begin + tensors.at(*name).bytes;
   }
   if (expected != data_size)
-    fail(path, std::to_string(data_size - expected) + " bytes after the last tensor belong to "
-               "no tensor (expected the data area to end where the last tensor ends)");
+    fail(path, std::to_string(data_size - expected) +
+                   " bytes after the last tensor belong to "
+                   "no tensor (expected the data area to end where the last tensor ends)");
 }
 
 // Moves the "crc32c.<name>" metadata entries into the tensors they check.

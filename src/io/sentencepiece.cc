@@ -58,8 +58,8 @@ SentencePieceTokenizer::SentencePieceTokenizer(const std::string& path, const st
     : processor_(std::make_unique<sentencepiece::SentencePieceProcessor>()), path_(path) {
   std::string bytes;
   try {
-    bytes = read_regular_file(path, "tokenizer file", "a SentencePiece .model file",
-                              kMaxModelBytes);
+    bytes =
+        read_regular_file(path, "tokenizer file", "a SentencePiece .model file", kMaxModelBytes);
   } catch (const InputError& e) {
     throw InputError(key + " = \"" + path + "\": " + e.what());
   }
@@ -114,9 +114,8 @@ void train_sentencepiece(const SentencePieceTrainOptions& options) {
   std::string model;
   const auto status = sentencepiece::SentencePieceTrainer::Train(spec, &lines, &model);
   if (!status.ok())
-    throw InputError("tokenizer train: cannot train on '" + options.input +
-                     "' with --vocab_size " + std::to_string(options.vocab_size) + ": " +
-                     message_of(status));
+    throw InputError("tokenizer train: cannot train on '" + options.input + "' with --vocab_size " +
+                     std::to_string(options.vocab_size) + ": " + message_of(status));
   AtomicFile out(options.output, "--output", /*make_folders=*/true);
   out.write(model.data(), static_cast<int64_t>(model.size()));
   out.commit();

@@ -40,10 +40,10 @@ class SentencePieceTokenizer final : public Tokenizer {
 };
 
 struct SentencePieceTrainOptions {
-  std::string input;       // a text file, one sentence per line
-  int64_t vocab_size = 0;  // > 0
+  std::string input;               // a text file, one sentence per line
+  int64_t vocab_size = 0;          // > 0
   std::string model_type = "bpe";  // "bpe" | "unigram"
-  std::string output;      // the .model file written
+  std::string output;              // the .model file written
 };
 
 // Trains a tokenizer on `options.input` and writes it to `options.output`

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <optional>
 #include <cstdio>
+#include <optional>
 #include <string>
 
 #include "models/config_errors.h"
@@ -12,12 +12,12 @@ namespace remat {
 
 namespace {
 
-constexpr double kMaxDim = 2147483647.0;          // 2^31 - 1: any two multiply in int64
-constexpr double kMaxTensorElements = 1099511627776.0;  // 2^40
-constexpr double kMaxParams = 17592186044416.0;   // 2^44
+constexpr double kMaxDim = 2147483647.0;                 // 2^31 - 1: any two multiply in int64
+constexpr double kMaxTensorElements = 1099511627776.0;   // 2^40
+constexpr double kMaxParams = 17592186044416.0;          // 2^44
 constexpr double kMaxStepFlops = 4611686018427387904.0;  // 2^62
-constexpr double kMaxTokens = 2147483647.0;       // batch x seq_len
-constexpr double kMaxMoeSlots = 16777216.0;       // 2^24: exact in fp32
+constexpr double kMaxTokens = 2147483647.0;              // batch x seq_len
+constexpr double kMaxMoeSlots = 16777216.0;              // 2^24: exact in fp32
 
 std::string number(double v) {
   char text[64];
@@ -30,9 +30,8 @@ std::string number(double v) {
 }
 
 void require_dim(int64_t value, const char* key) {
-  require(static_cast<double>(value) <= kMaxDim,
-          std::string(key) + " = " + std::to_string(value) +
-              " is too large (expected at most 2147483647)");
+  require(static_cast<double>(value) <= kMaxDim, std::string(key) + " = " + std::to_string(value) +
+                                                     " is too large (expected at most 2147483647)");
 }
 
 // torchtitan's hidden size rule in double: int(8 * dim / 3), times the
@@ -67,8 +66,8 @@ void check_model_limits(const TransformerArgs& args, const Llama4Args* moe, int6
           "model.n_layers = " + std::to_string(args.n_layers) + " is too large (expected at most " +
               std::to_string(kMaxLayers) + "; the largest Llama has 126)");
   const double tokens = static_cast<double>(batch) * static_cast<double>(seq);
-  require(tokens <= kMaxTokens, "training.local_batch_size x training.seq_len = " +
-                                    number(tokens) + " tokens per step, expected at most 2^31 - 1");
+  require(tokens <= kMaxTokens, "training.local_batch_size x training.seq_len = " + number(tokens) +
+                                    " tokens per step, expected at most 2^31 - 1");
 
   const double base = ffn_base(dim, args.ffn_dim_multiplier);
   const double multiple = static_cast<double>(args.multiple_of);
@@ -77,7 +76,8 @@ void check_model_limits(const TransformerArgs& args, const Llama4Args* moe, int6
               number(std::floor(8.0 * dim / 3.0)) + " x multiplier) = " + number(base) +
               ", expected between 1 and 2^40 (a multiplier near 1, such as 1.3)");
   const double hidden = round_up(base, multiple);
-  const double kv_dim = static_cast<double>(args.n_kv_heads) * (dim / static_cast<double>(args.n_heads));
+  const double kv_dim =
+      static_cast<double>(args.n_kv_heads) * (dim / static_cast<double>(args.n_heads));
 
   double layer_params = 2 * dim * dim + 2 * dim * kv_dim + 3 * dim * hidden + 2 * dim;
   double layer_activations = tokens * std::max({dim, hidden, kv_dim});
@@ -91,13 +91,15 @@ void check_model_limits(const TransformerArgs& args, const Llama4Args* moe, int6
     const double experts = static_cast<double>(moe->num_experts);
     const double top_k = static_cast<double>(moe->top_k);
     require_dim(moe->num_experts, "model.num_experts");
-    require(tokens * top_k <= kMaxMoeSlots,
-            "training.local_batch_size x training.seq_len x model.top_k = " +
-                number(tokens * top_k) +
-                ", expected at most 2^24 (MoE routing stores token slots as exact fp32 integers)");
+    require(
+        tokens * top_k <= kMaxMoeSlots,
+        "training.local_batch_size x training.seq_len x model.top_k = " + number(tokens * top_k) +
+            ", expected at most 2^24 (MoE routing stores token slots as exact fp32 integers)");
     double moe_base = base;
-    if (moe->auto_scale_hidden_dim) moe_base = std::floor(moe_base / (top_k + (moe->use_shared_expert ? 1 : 0)));
-    require(moe_base >= 1, "the MoE expert hidden size is 0 (model.ffn_dim_multiplier, model.top_k)");
+    if (moe->auto_scale_hidden_dim)
+      moe_base = std::floor(moe_base / (top_k + (moe->use_shared_expert ? 1 : 0)));
+    require(moe_base >= 1,
+            "the MoE expert hidden size is 0 (model.ffn_dim_multiplier, model.top_k)");
     const double moe_hidden = round_up(moe_base, multiple);
     require_tensor(experts * dim * moe_hidden, "an expert weight (num_experts x dim x hidden)");
     require_tensor(tokens * top_k * moe_hidden, "an expert activation (tokens x top_k x hidden)");
@@ -110,9 +112,9 @@ void check_model_limits(const TransformerArgs& args, const Llama4Args* moe, int6
   require(params <= kMaxParams, "the model would have about " + number(params) +
                                     " parameters, more than remat's limit of 2^44");
   const double heads = static_cast<double>(args.n_heads);
-  step_forward_flops += 2 * tokens * vocab * dim +
-                        4 * static_cast<double>(batch) * heads * static_cast<double>(seq) *
-                            static_cast<double>(seq) * (dim / heads) * layers;
+  step_forward_flops +=
+      2 * tokens * vocab * dim + 4 * static_cast<double>(batch) * heads * static_cast<double>(seq) *
+                                     static_cast<double>(seq) * (dim / heads) * layers;
   // Forward, backward (2x) and recompute (at most one more forward).
   require(4 * step_forward_flops <= kMaxStepFlops,
           "one training step would take about " + number(4 * step_forward_flops) +

@@ -41,16 +41,15 @@ TransformerArgs resolve_llama3_args(const JobConfig::Model& model) {
   if (model.vocab_size > 0) args.vocab_size = model.vocab_size;
   if (model.ffn_dim_multiplier > 0) args.ffn_dim_multiplier = model.ffn_dim_multiplier;
   if (model.multiple_of > 0) args.multiple_of = model.multiple_of;
-  require(model.dim >= 0 && model.n_layers >= 0 && model.n_heads >= 0 &&
-              model.n_kv_heads >= 0 && model.vocab_size >= 0 && model.multiple_of >= 0,
+  require(model.dim >= 0 && model.n_layers >= 0 && model.n_heads >= 0 && model.n_kv_heads >= 0 &&
+              model.vocab_size >= 0 && model.multiple_of >= 0,
           "model sizes (dim, n_layers, n_heads, n_kv_heads, vocab_size, multiple_of) "
           "must be positive, or 0 for the flavor's value");
   require(args.dim % args.n_heads == 0,
           "model.dim = " + std::to_string(args.dim) + " is not divisible by model.n_heads = " +
               std::to_string(args.n_heads) + " (expected dim to be a multiple of n_heads)");
   require(args.head_dim() % 2 == 0, "head_dim = dim / n_heads = " +
-                                        std::to_string(args.head_dim()) +
-                                        " must be even for RoPE");
+                                        std::to_string(args.head_dim()) + " must be even for RoPE");
   require(args.n_heads % args.n_kv_heads == 0,
           "model.n_heads = " + std::to_string(args.n_heads) +
               " is not divisible by model.n_kv_heads = " + std::to_string(args.n_kv_heads) +

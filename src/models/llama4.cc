@@ -108,8 +108,8 @@ Program build_llama4_program(const Llama4Args& args, int64_t batch, int64_t seq)
       ParamId w2 = b.param(m + "experts.w2", {experts, moe_hidden, dim}, out_proj);
       ParamId w3 = b.param(m + "experts.w3", {experts, dim, moe_hidden}, out_proj);
       ValueId logits = b.linear(m + "router.gate", n2, gate);
-      auto [scores, indices] = b.moe_route(m + "router", logits, bias, counts, args.top_k,
-                                           args.sigmoid);
+      auto [scores, indices] =
+          b.moe_route(m + "router", logits, bias, counts, args.top_k, args.sigmoid);
       MoeDispatched d = b.moe_dispatch(m + "dispatch", n2, scores, indices, experts);
       ValueId g = b.grouped_linear(m + "experts.w1", d.rows, d.offsets, w1);
       ValueId u = b.grouped_linear(m + "experts.w3", d.rows, d.offsets, w3);

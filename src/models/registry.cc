@@ -10,8 +10,8 @@ namespace remat {
 namespace {
 
 // What both families share; a MoE model lowers active_params afterwards.
-ModelSummary summarize(const std::string& family, const std::string& flavor,
-                       const Program& program, const TransformerArgs& t) {
+ModelSummary summarize(const std::string& family, const std::string& flavor, const Program& program,
+                       const TransformerArgs& t) {
   ModelSummary s;
   s.family = family;
   s.flavor = flavor;

@@ -10,11 +10,11 @@
 namespace remat {
 
 struct ModelSummary {
-  std::string family;          // "llama3" | "llama4"
+  std::string family;  // "llama3" | "llama4"
   std::string flavor;
-  int64_t params = 0;          // trainable parameters
+  int64_t params = 0;  // trainable parameters
   int64_t embedding_params = 0;
-  int64_t active_params = 0;   // per token (MoE: shared + routed top_k share)
+  int64_t active_params = 0;  // per token (MoE: shared + routed top_k share)
   int64_t n_layers = 0;
   int64_t attention_term = 0;  // layers * heads * head_dim (FLOPs formula)
   int64_t vocab_size = 0;

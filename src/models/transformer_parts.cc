@@ -20,8 +20,8 @@ ValueId add_token_embedding(ProgramBuilder& b, const TransformerArgs& args) {
   return b.embedding("tok_embeddings", emb);
 }
 
-AttentionHalf add_attention_half(ProgramBuilder& b, const TransformerArgs& args,
-                                 int32_t layer, ValueId x) {
+AttentionHalf add_attention_half(ProgramBuilder& b, const TransformerArgs& args, int32_t layer,
+                                 ValueId x) {
   const std::string p = layer_prefix(layer);
   const int64_t dim = args.dim, hd = args.head_dim();
   const ParamInit ones{ParamInit::Kind::kOnes};
@@ -48,8 +48,7 @@ AttentionHalf add_attention_half(ProgramBuilder& b, const TransformerArgs& args,
   return {h, b.rmsnorm(p + "ffn_norm", h, ffn_norm, args.norm_eps)};
 }
 
-ValueId add_dense_ffn(ProgramBuilder& b, const TransformerArgs& args, int32_t layer,
-                      ValueId x) {
+ValueId add_dense_ffn(ProgramBuilder& b, const TransformerArgs& args, int32_t layer, ValueId x) {
   const std::string p = layer_prefix(layer) + "feed_forward.";
   const int64_t dim = args.dim, hidden = args.ffn_hidden_dim();
   ParamId w1 = b.param(p + "w1.weight", {hidden, dim}, in_projection_init());

@@ -10,23 +10,22 @@
 
 namespace remat {
 
-ParamInit in_projection_init();                 // trunc normal, std 0.02
-ParamInit out_projection_init(int32_t layer);   // std 0.02 / sqrt(2 (layer + 1))
+ParamInit in_projection_init();                // trunc normal, std 0.02
+ParamInit out_projection_init(int32_t layer);  // std 0.02 / sqrt(2 (layer + 1))
 
 ValueId add_token_embedding(ProgramBuilder& b, const TransformerArgs& args);
 
 struct AttentionHalf {
-  ValueId h;            // x + wo(attention(...)): the residual after attention
-  ValueId ffn_input;    // ffn_norm(h)
+  ValueId h;          // x + wo(attention(...)): the residual after attention
+  ValueId ffn_input;  // ffn_norm(h)
 };
 // Registers the block's attention and ffn_norm parameters, enters the block
 // and builds it up to the FFN's input.
-AttentionHalf add_attention_half(ProgramBuilder& b, const TransformerArgs& args,
-                                 int32_t layer, ValueId x);
+AttentionHalf add_attention_half(ProgramBuilder& b, const TransformerArgs& args, int32_t layer,
+                                 ValueId x);
 
 // w2(silu(w1(x)) * w3(x)) with "layers.<layer>.feed_forward.*" parameters.
-ValueId add_dense_ffn(ProgramBuilder& b, const TransformerArgs& args, int32_t layer,
-                      ValueId x);
+ValueId add_dense_ffn(ProgramBuilder& b, const TransformerArgs& args, int32_t layer, ValueId x);
 
 // Leaves the blocks: norm -> output -> cross-entropy.
 void add_output_and_loss(ProgramBuilder& b, const TransformerArgs& args, ValueId x);

@@ -1,10 +1,10 @@
 #include "planner/budget_plan.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <set>
-#include <algorithm>
 
 #include "ac/report.h"
 #include "core/error.h"
@@ -19,8 +19,7 @@ namespace {
 
 double flop_cost(const Node& node) { return static_cast<double>(forward_flops(node)); }
 
-int64_t peak_of_mode(const Program& program, AcOptions::Mode mode,
-                     const PlannerOptions& planner) {
+int64_t peak_of_mode(const Program& program, AcOptions::Mode mode, const PlannerOptions& planner) {
   AcOptions o;
   o.mode = mode;
   return predict(program, make_plan(program, o), planner).peak_bytes;
@@ -121,8 +120,8 @@ BudgetPlan make_budget_plan(const AcOptions& options, const JobConfig& config,
                      bytes_text(min_peak(problem)) + "; " + advice);
   }
   result.plan = plan_from_choice(problem, result.choice);
-  result.plan.description = describe(options) + " (" + bytes_text(result.budget) + "): " +
-                            result.certificate() + "; " + result.cost_note;
+  result.plan.description = describe(options) + " (" + bytes_text(result.budget) +
+                            "): " + result.certificate() + "; " + result.cost_note;
   return result;
 }
 

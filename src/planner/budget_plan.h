@@ -26,10 +26,10 @@ double recompute_cost(const Program& program, const Plan& plan, const OpCost& co
 struct BudgetPlan {
   Plan plan;
   BudgetChoice choice;
-  int64_t budget = 0;        // bytes
-  std::string budget_source; // "memory_budget 0.5", "memory.limit", "physical RAM"
-  std::string cost_unit;     // "FLOPs" or "s"
-  std::string cost_note;     // how the cost model was obtained
+  int64_t budget = 0;         // bytes
+  std::string budget_source;  // "memory_budget 0.5", "memory.limit", "physical RAM"
+  std::string cost_unit;      // "FLOPs" or "s"
+  std::string cost_note;      // how the cost model was obtained
   double solve_seconds = 0;
   bool optimal() const { return choice.lower_bound >= choice.cost; }
   // "optimal" or "within 1.2% of optimal (lower bound ...)"
@@ -53,6 +53,5 @@ BudgetPlan make_budget_plan(const AcOptions& options, const JobConfig& config,
 // the threshold set; `why` lists the matmuls it takes out and the numbers.
 AcOptions resolve_auto_threshold(const Program& program, AcOptions options,
                                  const PlannerOptions& planner, std::string* why);
-
 
 }  // namespace remat

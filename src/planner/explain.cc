@@ -74,19 +74,20 @@ std::string explain_plan(const Program& program, const Plan& plan, const Planner
                 "decision", "bytes", "rebuild cost", "live at peak", "price");
   out += line;
   for (const auto& [key, r] : rows) {
-    std::string decision = r.rebuilt == 0 ? "kept"
-                           : r.kept == 0  ? "rebuilt"
-                                          : "kept " + std::to_string(r.kept) + ", rebuilt " +
-                                               std::to_string(r.rebuilt);
+    std::string decision =
+        r.rebuilt == 0 ? "kept"
+        : r.kept == 0  ? "rebuilt"
+                      : "kept " + std::to_string(r.kept) + ", rebuilt " + std::to_string(r.rebuilt);
     decision += " x" + std::to_string(r.kept + r.rebuilt);
-    std::snprintf(line, sizeof line, "  %-44s  %-18s  %12lld  %12.4g  %-14s  %12.4g\n",
-                  key.second.c_str(), decision.c_str(), static_cast<long long>(r.bytes), r.cost,
-                  r.live_at_peak == 0 ? "no"
-                  : r.live_at_peak == r.kept + r.rebuilt
-                      ? "yes"
-                      : (std::to_string(r.live_at_peak) + " of " +
-                         std::to_string(r.kept + r.rebuilt)).c_str(),
-                  r.bytes > 0 ? r.cost / static_cast<double>(r.bytes) : 0.0);
+    std::snprintf(
+        line, sizeof line, "  %-44s  %-18s  %12lld  %12.4g  %-14s  %12.4g\n", key.second.c_str(),
+        decision.c_str(), static_cast<long long>(r.bytes), r.cost,
+        r.live_at_peak == 0 ? "no"
+        : r.live_at_peak == r.kept + r.rebuilt
+            ? "yes"
+            : (std::to_string(r.live_at_peak) + " of " + std::to_string(r.kept + r.rebuilt))
+                  .c_str(),
+        r.bytes > 0 ? r.cost / static_cast<double>(r.bytes) : 0.0);
     out += line;
   }
   return out;

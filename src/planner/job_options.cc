@@ -29,8 +29,7 @@ AcOptions ac_options_from_config(const JobConfig& config) {
       auto [ptr, ec] = std::from_chars(begin, end, n);
       if (ec != std::errc() || ptr != end || n < 0) {
         throw InputError("config error: activation_checkpoint.selective_ac_option = \"" +
-                         ac.selective_ac_option +
-                         "\": expected \"op\" or a non-negative integer");
+                         ac.selective_ac_option + "\": expected \"op\" or a non-negative integer");
       }
       options.mode = AcOptions::Mode::kSelectiveLayer;
       options.layer_frequency = n;

@@ -2,22 +2,22 @@
 
 #include <algorithm>
 #include <chrono>
-#include <stdexcept>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <stdexcept>
 #include <thread>
 
+#include "ac/budget.h"
 #include "core/error.h"
 #include "core/format.h"
 #include "core/host_memory.h"
 #include "io/files.h"
 #include "kernels/cpu/kernels.h"
 #include "models/registry.h"
-#include "ac/budget.h"
 #include "planner/planner.h"
 #include "runtime/executor.h"
 
@@ -193,8 +193,8 @@ std::map<std::string, double> calibrate(const JobConfig& config, const Program& 
 std::string op_signature(const Node& node) {
   const OpAttrs& a = node.attrs;
   std::string sig = op_info(node.kind).name;
-  for (int64_t x : {a.m, a.k, a.n, a.rows, a.dim, a.batch, a.seq, a.heads, a.kv_heads,
-                    a.head_dim, a.experts, a.top_k}) {
+  for (int64_t x : {a.m, a.k, a.n, a.rows, a.dim, a.batch, a.seq, a.heads, a.kv_heads, a.head_dim,
+                    a.experts, a.top_k}) {
     sig += ' ' + std::to_string(x);
   }
   if (a.weight_in_out) sig += " in_out";

@@ -16,7 +16,8 @@ namespace remat {
 namespace {
 
 bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 constexpr double kGiB = 1024.0 * 1024 * 1024;
@@ -43,9 +44,8 @@ std::string to_json(const std::vector<BudgetChoice>& front, const std::vector<Pa
   j["budget_bytes"] = budget;
   j["front"] = nlohmann::json::array();
   for (const BudgetChoice& c : front) {
-    j["front"].push_back({{"peak_bytes", c.peak},
-                          {"recompute_flops", c.cost},
-                          {"lower_bound", c.lower_bound}});
+    j["front"].push_back(
+        {{"peak_bytes", c.peak}, {"recompute_flops", c.cost}, {"lower_bound", c.lower_bound}});
   }
   j["fixed_modes"] = nlohmann::json::array();
   for (const ParetoMark& m : marks) {
@@ -58,10 +58,14 @@ std::string to_json(const std::vector<BudgetChoice>& front, const std::vector<Pa
 std::string escape(const std::string& s) {
   std::string out;
   for (char c : s) {
-    if (c == '<') out += "&lt;";
-    else if (c == '>') out += "&gt;";
-    else if (c == '&') out += "&amp;";
-    else out += c;
+    if (c == '<')
+      out += "&lt;";
+    else if (c == '>')
+      out += "&gt;";
+    else if (c == '&')
+      out += "&amp;";
+    else
+      out += c;
   }
   return out;
 }
@@ -95,8 +99,8 @@ std::string to_svg(const std::vector<BudgetChoice>& front, const std::vector<Par
     << ": least recompute for each peak (remat memory_budget)</text>\n";
   // Axes with five ticks each.
   o << "<line x1=\"" << left << "\" y1=\"" << h - bottom << "\" x2=\"" << w - right << "\" y2=\""
-    << h - bottom << "\" stroke=\"black\"/>\n<line x1=\"" << left << "\" y1=\"" << top
-    << "\" x2=\"" << left << "\" y2=\"" << h - bottom << "\" stroke=\"black\"/>\n";
+    << h - bottom << "\" stroke=\"black\"/>\n<line x1=\"" << left << "\" y1=\"" << top << "\" x2=\""
+    << left << "\" y2=\"" << h - bottom << "\" stroke=\"black\"/>\n";
   for (int i = 0; i <= 4; ++i) {
     const double gx = x0 + (x1 - x0) * i / 4, gy = y1 * i / 4;
     o << "<text x=\"" << px(gx) << "\" y=\"" << h - bottom + 16 << "\" text-anchor=\"middle\">"
@@ -122,11 +126,12 @@ std::string to_svg(const std::vector<BudgetChoice>& front, const std::vector<Par
     }
   }
   for (size_t i = 0; i < marks.size(); ++i) {
-    const double x = px(marks[i].peak_bytes / kGiB), y = py(100 * marks[i].recompute_flops / model_flops);
+    const double x = px(marks[i].peak_bytes / kGiB),
+                 y = py(100 * marks[i].recompute_flops / model_flops);
     o << "<rect x=\"" << x - 4 << "\" y=\"" << y - 4
       << "\" width=\"8\" height=\"8\" fill=\"#d62728\"/>\n<text x=\"" << x + 7 << "\" y=\""
-      << y - 6 - 12.0 * static_cast<double>(i % 2) << "\" fill=\"#d62728\">" << escape(marks[i].name)
-      << "</text>\n";
+      << y - 6 - 12.0 * static_cast<double>(i % 2) << "\" fill=\"#d62728\">"
+      << escape(marks[i].name) << "</text>\n";
   }
   if (budget > 0) {
     const double x = px(budget / kGiB);
@@ -135,8 +140,8 @@ std::string to_svg(const std::vector<BudgetChoice>& front, const std::vector<Par
       << top + 12 << "\" fill=\"#2ca02c\">budget</text>\n";
   }
   o << "<text x=\"" << w - right + 10 << "\" y=\"" << top + 10
-    << "\" fill=\"#1f77b4\">— memory_budget front</text>\n<text x=\"" << w - right + 10
-    << "\" y=\"" << top + 28 << "\" fill=\"#d62728\">■ fixed AC modes</text>\n</svg>\n";
+    << "\" fill=\"#1f77b4\">— memory_budget front</text>\n<text x=\"" << w - right + 10 << "\" y=\""
+    << top + 28 << "\" fill=\"#d62728\">■ fixed AC modes</text>\n</svg>\n";
   return o.str();
 }
 
@@ -148,7 +153,8 @@ void check_pareto_path(const std::string& path) {
   }
   struct stat st {};
   if (lstat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
-    throw InputError("--pareto " + path + ": exists and is not a regular file; refusing to replace it");
+    throw InputError("--pareto " + path +
+                     ": exists and is not a regular file; refusing to replace it");
   }
   const std::filesystem::path parent = std::filesystem::path(path).parent_path();
   if (!parent.empty() && !std::filesystem::is_directory(parent)) {

@@ -13,8 +13,8 @@
 #include "planner/job_options.h"
 #include "planner/pareto_output.h"
 #include "planner/setup.h"
-#include "planner/timeline_output.h"
 #include "planner/throughput.h"
+#include "planner/timeline_output.h"
 
 namespace remat {
 
@@ -49,8 +49,7 @@ std::string format_table(const std::vector<Prediction>& rows, size_t configured)
   for (const Prediction& p : rows) mode_width = std::max(mode_width, p.name.size());
   std::string out;
   char line[1024];
-  std::snprintf(line, sizeof line,
-                "  %-*s  %9s  %9s  %9s  %9s  %11s  %11s  %9s  %11s  %11s  %-s\n",
+  std::snprintf(line, sizeof line, "  %-*s  %9s  %9s  %9s  %9s  %11s  %11s  %9s  %11s  %11s  %-s\n",
                 static_cast<int>(mode_width), "mode", "peak GiB", "params", "grads", "optimizer",
                 "activations", "temporaries", "kept act.", "model TFLOP", "recomp TFLOP",
                 "peak during");
@@ -58,17 +57,15 @@ std::string format_table(const std::vector<Prediction>& rows, size_t configured)
   for (size_t i = 0; i < rows.size(); ++i) {
     const Prediction& p = rows[i];
     const auto& b = p.at_peak;
-    std::snprintf(line, sizeof line,
-                  "%c %-*s  %9s  %9s  %9s  %9s  %11s  %11s  %9s  %11.3f  %11.3f  %s%s\n",
-                  i == configured ? '*' : ' ', static_cast<int>(mode_width), p.name.c_str(),
-                  gib(p.peak_bytes).c_str(), gib(b[MemoryCategory::kParameters]).c_str(),
-                  gib(b[MemoryCategory::kGradients]).c_str(),
-                  gib(b[MemoryCategory::kOptimizerState]).c_str(),
-                  gib(b[MemoryCategory::kActivations]).c_str(),
-                  gib(b[MemoryCategory::kTemporaries]).c_str(),
-                  gib(p.kept_activation_bytes).c_str(), static_cast<double>(p.model_flops) / 1e12,
-                  static_cast<double>(p.recompute_flops) / 1e12, p.peak_during.c_str(),
-                  p.fits ? "" : "  (does not fit)");
+    std::snprintf(
+        line, sizeof line, "%c %-*s  %9s  %9s  %9s  %9s  %11s  %11s  %9s  %11.3f  %11.3f  %s%s\n",
+        i == configured ? '*' : ' ', static_cast<int>(mode_width), p.name.c_str(),
+        gib(p.peak_bytes).c_str(), gib(b[MemoryCategory::kParameters]).c_str(),
+        gib(b[MemoryCategory::kGradients]).c_str(), gib(b[MemoryCategory::kOptimizerState]).c_str(),
+        gib(b[MemoryCategory::kActivations]).c_str(), gib(b[MemoryCategory::kTemporaries]).c_str(),
+        gib(p.kept_activation_bytes).c_str(), static_cast<double>(p.model_flops) / 1e12,
+        static_cast<double>(p.recompute_flops) / 1e12, p.peak_during.c_str(),
+        p.fits ? "" : "  (does not fit)");
     out += line;
   }
   return out;
@@ -140,11 +137,12 @@ void print_budget_report(const BudgetPlan* budget, const std::vector<AtFixed>& a
   std::printf("  the budget plan at each fixed mode's peak (least recompute within it, in %s):\n",
               unit);
   for (const AtFixed& a : at_fixed) {
-    std::printf("    %-18s peak %8s GiB  recompute %10.4g  -> budget: peak %8s GiB  recompute "
-                "%10.4g  (%+.1f%%)\n",
-                a.fixed.name.c_str(), gib(a.fixed.peak_bytes).c_str(), a.fixed_cost,
-                gib(a.budget.peak_bytes).c_str(), a.budget_cost,
-                a.fixed_cost > 0 ? 100.0 * (a.budget_cost - a.fixed_cost) / a.fixed_cost : 0.0);
+    std::printf(
+        "    %-18s peak %8s GiB  recompute %10.4g  -> budget: peak %8s GiB  recompute "
+        "%10.4g  (%+.1f%%)\n",
+        a.fixed.name.c_str(), gib(a.fixed.peak_bytes).c_str(), a.fixed_cost,
+        gib(a.budget.peak_bytes).c_str(), a.budget_cost,
+        a.fixed_cost > 0 ? 100.0 * (a.budget_cost - a.fixed_cost) / a.fixed_cost : 0.0);
   }
 }
 
@@ -180,17 +178,17 @@ int run_maximize_throughput(const JobConfig& config, const PlannerOptions& plann
 struct PlanReport {
   BuiltModel model;
   PlannerOptions planner;
-  AcOptions configured;          // "auto" thresholds resolved
+  AcOptions configured;  // "auto" thresholds resolved
   std::string auto_why;
-  bool budget_mode = false;      // solved by remat's budget solver
-  BudgetPlan budget;             // when budget_mode
+  bool budget_mode = false;  // solved by remat's budget solver
+  BudgetPlan budget;         // when budget_mode
   Plan configured_plan;
   Prediction chosen;             // the configured plan's prediction
   std::vector<Prediction> rows;  // the comparison modes, or the configured plan first
   size_t configured_row = 0;     // the row the configured plan is
   OpCost cost;
   std::string cost_note;
-  bool measured = false;         // cost in seconds, not FLOPs
+  bool measured = false;  // cost in seconds, not FLOPs
   std::vector<AtFixed> at_fixed;
   std::vector<BudgetChoice> front;  // with --pareto
   double seconds = 0;
@@ -249,9 +247,12 @@ void print_json(const PlanReport& r, const JobConfig& config, const PlanCommandO
   const ModelSummary& s = r.model.summary;
   const auto& t = config.training;
   nlohmann::json j;
-  j["model"] = {{"family", s.family},     {"flavor", s.flavor},
-                {"params", s.params},     {"active_params", s.active_params},
-                {"layers", s.n_layers},   {"vocab_size", s.vocab_size},
+  j["model"] = {{"family", s.family},
+                {"flavor", s.flavor},
+                {"params", s.params},
+                {"active_params", s.active_params},
+                {"layers", s.n_layers},
+                {"vocab_size", s.vocab_size},
                 {"embedding_params", s.embedding_params},
                 {"flops_per_token", model_flops_per_token(s, t.seq_len)}};
   j["run"] = {{"local_batch_size", t.local_batch_size},
@@ -296,12 +297,12 @@ void print_text(const PlanReport& r, const JobConfig& config, const PlanCommandO
               s.family.c_str(), s.flavor.c_str(), with_thousands(s.params).c_str(),
               static_cast<long long>(config.training.local_batch_size),
               static_cast<long long>(config.training.seq_len));
-  std::printf("  compute %s (master weights, gradients, optimizer state fp32), "
-              "sharded over %lld ranks%s%s\n",
-              planner.bf16_compute ? "bf16" : "fp32",
-              static_cast<long long>(planner.shard_degree),
-              planner.device_memory > 0 ? ", device memory " : "",
-              planner.device_memory > 0 ? format_bytes(planner.device_memory).c_str() : "");
+  std::printf(
+      "  compute %s (master weights, gradients, optimizer state fp32), "
+      "sharded over %lld ranks%s%s\n",
+      planner.bf16_compute ? "bf16" : "fp32", static_cast<long long>(planner.shard_degree),
+      planner.device_memory > 0 ? ", device memory " : "",
+      planner.device_memory > 0 ? format_bytes(planner.device_memory).c_str() : "");
   std::printf("  memory at the peak moment, per device (GiB); * = the configured mode\n");
   std::fputs(format_table(r.rows, r.configured_row).c_str(), stdout);
   std::printf("  configured: %s\n", r.chosen.mode.c_str());
@@ -314,8 +315,8 @@ void print_text(const PlanReport& r, const JobConfig& config, const PlanCommandO
   if (!options.timeline_path.empty())
     std::printf("  memory timeline written to %s\n", options.timeline_path.c_str());
   if (options.explain) {
-    std::fputs(
-        explain_plan(r.model.program, r.configured_plan, planner, r.cost, unit).c_str(), stdout);
+    std::fputs(explain_plan(r.model.program, r.configured_plan, planner, r.cost, unit).c_str(),
+               stdout);
   }
   for (const std::string& w : r.chosen.warnings) std::printf("warning: %s\n", w.c_str());
   if (options.matmuls) {
@@ -381,7 +382,8 @@ void check_run_fits(const JobConfig& config, const Setup& setup) {
   if (advice.empty()) advice = "no AC mode or batch size fits; use a smaller model or more memory";
   throw InputError("memory: the run needs " + format_bytes(p.peak_bytes) + " at its peak with \"" +
                    p.mode + "\" but " + format_bytes(available) + " is available (" +
-                   (config.memory.limit.empty() ? "physical RAM" : "memory.limit") + "); " + advice);
+                   (config.memory.limit.empty() ? "physical RAM" : "memory.limit") + "); " +
+                   advice);
 }
 
 }  // namespace remat

@@ -11,16 +11,16 @@
 namespace remat {
 
 struct PlanCommandOptions {
-  bool json = false;        // machine-readable output (field names in README)
-  bool matmuls = false;     // the log_mm_flops table with bytes and FLOPs/byte
-  bool torchtitan = false;  // torchtitan's usual 8B set-up: bf16 compute,
-                            // sharded over 8, 80GiB per device
-  std::string pareto_path;  // --pareto FILE.svg|.csv|.json: the peak/recompute front
-  int pareto_points = 64;   // budgets the front is solved at
-  bool explain = false;     // list each value the configured plan keeps or rebuilds
+  bool json = false;                 // machine-readable output (field names in README)
+  bool matmuls = false;              // the log_mm_flops table with bytes and FLOPs/byte
+  bool torchtitan = false;           // torchtitan's usual 8B set-up: bf16 compute,
+                                     // sharded over 8, 80GiB per device
+  std::string pareto_path;           // --pareto FILE.svg|.csv|.json: the peak/recompute front
+  int pareto_points = 64;            // budgets the front is solved at
+  bool explain = false;              // list each value the configured plan keeps or rebuilds
   bool maximize_throughput = false;  // search local_batch_size with the budget plan
-  std::string timeline_path;     // --timeline FILE.svg|.json: bytes held over one step
-  std::string timeline_compare;  // a comparison mode drawn below the configured one
+  std::string timeline_path;         // --timeline FILE.svg|.json: bytes held over one step
+  std::string timeline_compare;      // a comparison mode drawn below the configured one
 };
 
 int run_plan(JobConfig config, const PlanCommandOptions& options);

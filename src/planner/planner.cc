@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <functional>
-#include <stdexcept>
 #include <map>
 #include <optional>
+#include <stdexcept>
 
 #include "runtime/executor.h"
 
@@ -17,7 +17,7 @@ namespace {
 struct UnitBooker {
   const Program& program;
   Allocator& allocator;
-  double gathered_bytes_per_param;   // compute dtype, before the temporaries' scale
+  double gathered_bytes_per_param;  // compute dtype, before the temporaries' scale
   double temporaries_scale;
   bool sharded;
   std::optional<int32_t> current_unit;  // the key of the unit gathered now, if any
@@ -91,8 +91,9 @@ Prediction replay(const Program& program, const Plan& plan, const PlannerOptions
   // A single unsharded fp32 device computes on its weights in place; any
   // other set-up works on a gathered (and possibly cast) copy of each unit.
   const bool gathered = options.shard_degree > 1 || options.bf16_compute;
-  UnitBooker booker{program, allocator, (options.bf16_compute ? 2.0 : 4.0) / act, act, gathered,
-                    std::nullopt, {}, {}};
+  UnitBooker booker{program, allocator, (options.bf16_compute ? 2.0 : 4.0) / act,
+                    act,     gathered,  std::nullopt,
+                    {},      {}};
   bool first = true;
   executor.set_step_observer([&](const Step& step) {
     if (watch && !first) watch->close(allocator);
@@ -121,9 +122,7 @@ Prediction replay(const Program& program, const Plan& plan, const PlannerOptions
 
 }  // namespace
 
-double activation_scale(const PlannerOptions& options) {
-  return options.bf16_compute ? 0.5 : 1.0;
-}
+double activation_scale(const PlannerOptions& options) { return options.bf16_compute ? 0.5 : 1.0; }
 
 Prediction predict(const Program& program, const Plan& plan, const PlannerOptions& options) {
   return replay(program, plan, options, nullptr);
@@ -136,12 +135,11 @@ Prediction predict_validation(const Program& program, const Plan& plan) {
 std::vector<StepLevels> replay_levels(const Program& program, const Plan& plan,
                                       const PlannerOptions& options) {
   std::vector<StepLevels> levels;
-  ReplayWatch watch{
-      [&](Allocator& allocator) { levels.back().peak = allocator.peak(); },
-      [&](Allocator& allocator, const Step&) {
-        levels.push_back({allocator.current().total(), 0});
-        allocator.reset_peak();
-      }};
+  ReplayWatch watch{[&](Allocator& allocator) { levels.back().peak = allocator.peak(); },
+                    [&](Allocator& allocator, const Step&) {
+                      levels.push_back({allocator.current().total(), 0});
+                      allocator.reset_peak();
+                    }};
   replay(program, plan, options, &watch);
   return levels;
 }
@@ -149,15 +147,14 @@ std::vector<StepLevels> replay_levels(const Program& program, const Plan& plan,
 std::vector<TimelineSample> replay_timeline(const Program& program, const Plan& plan,
                                             const PlannerOptions& options) {
   std::vector<TimelineSample> samples;
-  ReplayWatch watch{
-      [&](Allocator& allocator) {
-        samples.back().after = allocator.current();
-        samples.back().peak = allocator.at_peak();
-      },
-      [&](Allocator& allocator, const Step& step) {
-        samples.push_back({step.kind, step.node, {}, {}});
-        allocator.reset_peak();
-      }};
+  ReplayWatch watch{[&](Allocator& allocator) {
+                      samples.back().after = allocator.current();
+                      samples.back().peak = allocator.at_peak();
+                    },
+                    [&](Allocator& allocator, const Step& step) {
+                      samples.push_back({step.kind, step.node, {}, {}});
+                      allocator.reset_peak();
+                    }};
   replay(program, plan, options, &watch);
   return samples;
 }

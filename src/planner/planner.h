@@ -22,22 +22,22 @@
 namespace remat {
 
 struct PlannerOptions {
-  int64_t shard_degree = 1;     // data-parallel ranks sharing params/grads/optimizer
-  bool bf16_compute = false;    // activations and the gathered weights in bf16
-  int64_t device_memory = 0;    // bytes per device to compare against (0: none)
+  int64_t shard_degree = 1;   // data-parallel ranks sharing params/grads/optimizer
+  bool bf16_compute = false;  // activations and the gathered weights in bf16
+  int64_t device_memory = 0;  // bytes per device to compare against (0: none)
 };
 
 struct Prediction {
-  std::string name;             // short row name, e.g. "op threshold 1e50"
-  std::string mode;             // the plan's full description
+  std::string name;  // short row name, e.g. "op threshold 1e50"
+  std::string mode;  // the plan's full description
   int64_t peak_bytes = 0;
-  MemorySnapshot at_peak;       // breakdown at the peak moment
-  std::string peak_during;      // "backward layers.0.attention.sdpa"
+  MemorySnapshot at_peak;             // breakdown at the peak moment
+  std::string peak_during;            // "backward layers.0.attention.sdpa"
   int64_t kept_activation_bytes = 0;  // high-water mark of kept activations
-  int64_t model_flops = 0;      // forward + backward, per step
-  int64_t recompute_flops = 0;  // per step
+  int64_t model_flops = 0;            // forward + backward, per step
+  int64_t recompute_flops = 0;        // per step
   std::vector<std::string> warnings;
-  bool fits = true;             // peak <= device_memory (when given)
+  bool fits = true;  // peak <= device_memory (when given)
 };
 
 Prediction predict(const Program& program, const Plan& plan, const PlannerOptions& options);

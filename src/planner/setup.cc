@@ -10,16 +10,15 @@ namespace remat {
 AcChoice choose_ac_plan(const JobConfig& config, const Program& program,
                         const PlannerOptions& planner) {
   AcChoice c;
-  c.options = resolve_auto_threshold(program, ac_options_from_config(config), planner,
-                                     &c.auto_why);
+  c.options = resolve_auto_threshold(program, ac_options_from_config(config), planner, &c.auto_why);
   const AcOptions::Mode mode = c.options.mode;
   if (!c.auto_why.empty()) {
     c.plan = make_plan(program, c.options);
     c.plan.description += "; " + c.auto_why;
   } else if (mode == AcOptions::Mode::kMemoryBudget &&
              config.activation_checkpoint.budget_solver == "pytorch_knapsack") {
-    c.plan = make_pytorch_knapsack_plan(program,
-                                        std::strtod(c.options.memory_budget.c_str(), nullptr));
+    c.plan =
+        make_pytorch_knapsack_plan(program, std::strtod(c.options.memory_budget.c_str(), nullptr));
   } else if (mode == AcOptions::Mode::kMemoryBudget || mode == AcOptions::Mode::kAuto) {
     c.budget = make_budget_plan(c.options, config, program, planner);
     c.plan = c.budget->plan;
@@ -29,8 +28,7 @@ AcChoice choose_ac_plan(const JobConfig& config, const Program& program,
   return c;
 }
 
-Setup make_setup(const JobConfig& config, int64_t batch, Pass pass,
-                 const PlannerOptions& planner) {
+Setup make_setup(const JobConfig& config, int64_t batch, Pass pass, const PlannerOptions& planner) {
   Setup s{build_model(config.model, batch, config.training.seq_len), pass, AcChoice{}};
   if (pass == Pass::kTraining) {
     s.ac = choose_ac_plan(config, s.model.program, planner);

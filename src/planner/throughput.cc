@@ -58,9 +58,10 @@ std::vector<ThroughputChoice> maximize_throughput(const JobConfig& config,
                      format_bytes(device) + " at seq_len " +
                      std::to_string(config.training.seq_len));
   }
-  std::sort(choices.begin(), choices.end(), [](const ThroughputChoice& a, const ThroughputChoice& b) {
-    return a.tokens_per_second > b.tokens_per_second;
-  });
+  std::sort(choices.begin(), choices.end(),
+            [](const ThroughputChoice& a, const ThroughputChoice& b) {
+              return a.tokens_per_second > b.tokens_per_second;
+            });
   return choices;
 }
 

@@ -59,13 +59,17 @@ std::string to_json(const std::vector<Timeline>& timelines, const Program& progr
     nlohmann::json samples = nlohmann::json::array();
     for (size_t i = 0; i < t.samples.size(); ++i) {
       const TimelineSample& s = t.samples[i];
-      samples.push_back({{"step", i}, {"phase", to_string(s.kind)},
-                         {"op", program.nodes[s.node].fqn}, {"after", to_json(s.after)},
+      samples.push_back({{"step", i},
+                         {"phase", to_string(s.kind)},
+                         {"op", program.nodes[s.node].fqn},
+                         {"after", to_json(s.after)},
                          {"peak", to_json(s.peak)}});
     }
     const TimelineSample& peak = t.samples[t.peak_index];
-    j["timelines"].push_back({{"name", t.name}, {"mode", t.mode},
-                              {"peak_bytes", peak.peak.total()}, {"peak_step", t.peak_index},
+    j["timelines"].push_back({{"name", t.name},
+                              {"mode", t.mode},
+                              {"peak_bytes", peak.peak.total()},
+                              {"peak_step", t.peak_index},
                               {"peak_during", step_label(program, peak)},
                               {"samples", samples}});
   }
@@ -75,10 +79,14 @@ std::string to_json(const std::vector<Timeline>& timelines, const Program& progr
 std::string escape(const std::string& s) {
   std::string out;
   for (char c : s) {
-    if (c == '<') out += "&lt;";
-    else if (c == '>') out += "&gt;";
-    else if (c == '&') out += "&amp;";
-    else out += c;
+    if (c == '<')
+      out += "&lt;";
+    else if (c == '>')
+      out += "&gt;";
+    else if (c == '&')
+      out += "&amp;";
+    else
+      out += c;
   }
   return out;
 }
@@ -146,19 +154,17 @@ double tick_step(double max_gib) {
   return step * 10;
 }
 
-void draw_panel(std::ostringstream& o, const Timeline& t, const Program& program,
-                const Frame& f) {
+void draw_panel(std::ostringstream& o, const Timeline& t, const Program& program, const Frame& f) {
   const TimelineSample& peak = t.samples[t.peak_index];
   o << "<text x=\"" << f.left << "\" y=\"" << f.top - 24 << "\" font-size=\"13\">"
-    << escape(t.name + ": " + t.mode) << "</text>\n<text x=\"" << f.left << "\" y=\""
-    << f.top - 8 << "\">peak " << peak.peak.total() / kGiB << " GiB (" << peak.peak.total()
-    << " bytes) during " << escape(step_label(program, peak)) << "</text>\n";
+    << escape(t.name + ": " + t.mode) << "</text>\n<text x=\"" << f.left << "\" y=\"" << f.top - 8
+    << "\">peak " << peak.peak.total() / kGiB << " GiB (" << peak.peak.total() << " bytes) during "
+    << escape(step_label(program, peak)) << "</text>\n";
   const double step = tick_step(f.max_bytes / kGiB);
   for (double gib = 0; gib * kGiB <= f.max_bytes; gib += step) {
-    o << "<line x1=\"" << f.left << "\" y1=\"" << f.y(gib * kGiB) << "\" x2=\""
-      << f.left + f.width << "\" y2=\"" << f.y(gib * kGiB) << "\" stroke=\"#dddddd\"/>\n<text x=\""
-      << f.left - 6 << "\" y=\"" << f.y(gib * kGiB) + 4 << "\" text-anchor=\"end\">" << gib
-      << "</text>\n";
+    o << "<line x1=\"" << f.left << "\" y1=\"" << f.y(gib * kGiB) << "\" x2=\"" << f.left + f.width
+      << "\" y2=\"" << f.y(gib * kGiB) << "\" stroke=\"#dddddd\"/>\n<text x=\"" << f.left - 6
+      << "\" y=\"" << f.y(gib * kGiB) + 4 << "\" text-anchor=\"end\">" << gib << "</text>\n";
   }
   draw_bands(o, t, f);
   draw_phases(o, t, f);
@@ -192,14 +198,14 @@ std::string to_svg(const std::vector<Timeline>& timelines, const Program& progra
   const double height = top + static_cast<double>(timelines.size()) * (panel + gap) + 10;
   std::ostringstream o;
   o.precision(5);
-  o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << left + width + 200
-    << "\" height=\"" << height << "\" font-family=\"sans-serif\" font-size=\"12\">\n"
+  o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << left + width + 200 << "\" height=\""
+    << height << "\" font-family=\"sans-serif\" font-size=\"12\">\n"
     << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n<text x=\"" << left
     << "\" y=\"24\" font-size=\"15\">" << escape(title)
     << ": bytes held over one training step (GiB; each step at its highest moment)</text>\n";
   for (size_t p = 0; p < timelines.size(); ++p) {
-    const Frame f{left, width, top + static_cast<double>(p) * (panel + gap), panel, steps,
-                  max_bytes * 1.05};
+    const Frame f{left,  width, top + static_cast<double>(p) * (panel + gap),
+                  panel, steps, max_bytes * 1.05};
     draw_panel(o, timelines[p], program, f);
   }
   o << "<text x=\"" << left + width / 2 << "\" y=\"" << height - 12
@@ -219,7 +225,8 @@ void write_text(const std::string& path, const std::string& text) {
 
 void check_timeline_path(const std::string& path) {
   if (!path.ends_with(".svg") && !path.ends_with(".json"))
-    throw InputError(std::string(kFlag) + " " + path + ": expected a file name ending in .svg "
+    throw InputError(std::string(kFlag) + " " + path +
+                     ": expected a file name ending in .svg "
                      "(a .json with the same series is written beside it) or .json");
   check_output_file(path, kFlag);
   check_output_file(json_path_of(path), kFlag);
@@ -234,8 +241,8 @@ void write_timelines(const std::string& path, const std::string& compare, const 
     std::string names;
     for (const NamedMode& mode : comparison_modes(configured)) {
       if (mode.name == compare)
-        timelines.push_back(make_timeline(program, make_plan(program, mode.options), planner,
-                                          mode.name));
+        timelines.push_back(
+            make_timeline(program, make_plan(program, mode.options), planner, mode.name));
       names += (names.empty() ? "" : ", ") + mode.name;
     }
     if (timelines.size() == 1)

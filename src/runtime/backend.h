@@ -37,10 +37,10 @@ struct OpBuffers {
   bool is_recompute = false;
   // Backward only. `inputs` then holds the saved values, in the order op.h
   // states (saved inputs, then saved outputs).
-  const float* grad_output = nullptr;      // gradient of output 0
-  std::vector<float*> grad_inputs;         // accumulated into
-  std::vector<float*> grad_params;         // accumulated into
-  float* workspace = nullptr;              // workspace_bytes(node) bytes
+  const float* grad_output = nullptr;  // gradient of output 0
+  std::vector<float*> grad_inputs;     // accumulated into
+  std::vector<float*> grad_params;     // accumulated into
+  float* workspace = nullptr;          // workspace_bytes(node) bytes
   const int32_t* tokens = nullptr;
   const int32_t* targets = nullptr;
 };
@@ -79,8 +79,8 @@ class Backend {
   // Sum of squares in double, in a fixed order (deterministic).
   virtual double sum_squares(const Tensor& t) = 0;
   virtual void scale(Tensor& t, float factor) = 0;
-  virtual void adamw_update(Tensor& param, const Tensor& grad, Tensor& exp_avg,
-                            Tensor& exp_avg_sq, const AdamWStep& step) = 0;
+  virtual void adamw_update(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
+                            const AdamWStep& step) = 0;
   // MoE load balancing (train/load_balance.h): moves expert_bias towards
   // the under-used experts by `coeff`, then zeroes counts.
   virtual void update_expert_bias(Tensor& expert_bias, Tensor& counts, float coeff) = 0;

@@ -36,8 +36,8 @@ constexpr CpuKernels kCpuKernels[] = {
        return 0.0;
      },
      [](A a, B b) {  // saved: x, rstd
-       cpu::rmsnorm_backward(b.grad_output, b.inputs[0], b.params[0], b.inputs[1], a.rows,
-                             a.dim, b.grad_inputs[0], b.grad_params[0]);
+       cpu::rmsnorm_backward(b.grad_output, b.inputs[0], b.params[0], b.inputs[1], a.rows, a.dim,
+                             b.grad_inputs[0], b.grad_params[0]);
      }},
     {OpKind::kLinear,
      [](A a, B b) {
@@ -59,8 +59,7 @@ constexpr CpuKernels kCpuKernels[] = {
      }},
     {OpKind::kRope,
      [](A a, B b) {
-       cpu::rope_forward(b.inputs[0], a.batch, a.seq, a.heads, a.head_dim, a.theta,
-                         b.outputs[0]);
+       cpu::rope_forward(b.inputs[0], a.batch, a.seq, a.heads, a.head_dim, a.theta, b.outputs[0]);
        return 0.0;
      },
      [](A a, B b) {
@@ -74,10 +73,9 @@ constexpr CpuKernels kCpuKernels[] = {
        return 0.0;
      },
      [](A a, B b) {  // saved: q, k, v, out, lse
-       cpu::attention_backward(b.grad_output, b.inputs[0], b.inputs[1], b.inputs[2],
-                               b.inputs[3], b.inputs[4], a.batch, a.seq, a.heads, a.kv_heads,
-                               a.head_dim, b.grad_inputs[0], b.grad_inputs[1],
-                               b.grad_inputs[2], b.workspace);
+       cpu::attention_backward(b.grad_output, b.inputs[0], b.inputs[1], b.inputs[2], b.inputs[3],
+                               b.inputs[4], a.batch, a.seq, a.heads, a.kv_heads, a.head_dim,
+                               b.grad_inputs[0], b.grad_inputs[1], b.grad_inputs[2], b.workspace);
      }},
     {OpKind::kSiluMul,
      [](A a, B b) {
@@ -104,8 +102,8 @@ constexpr CpuKernels kCpuKernels[] = {
        return loss;
      },
      [](A a, B b) {  // saved: logits (also grad_inputs[0]: in place), lse
-       cpu::cross_entropy_backward_inplace(b.grad_inputs[0], b.targets, b.inputs[1], a.rows,
-                                           a.dim, 1.0f / static_cast<float>(a.rows));
+       cpu::cross_entropy_backward_inplace(b.grad_inputs[0], b.targets, b.inputs[1], a.rows, a.dim,
+                                           1.0f / static_cast<float>(a.rows));
      }},
     {OpKind::kMoeRoute,
      [](A a, B b) {
@@ -114,39 +112,37 @@ constexpr CpuKernels kCpuKernels[] = {
        // OpInfo::outputs_always_kept) must not count twice.
        float* counts =
            b.is_recompute || b.mutable_params.size() < 2 ? nullptr : b.mutable_params[1];
-       cpu::moe_route_forward(b.inputs[0], b.params[0], a.rows, a.experts, a.top_k,
-                              a.sigmoid, b.outputs[0], b.outputs[1], counts);
+       cpu::moe_route_forward(b.inputs[0], b.params[0], a.rows, a.experts, a.top_k, a.sigmoid,
+                              b.outputs[0], b.outputs[1], counts);
        return 0.0;
      },
      [](A a, B b) {  // saved: logits, indices. expert_bias and counts get no gradient.
-       cpu::moe_route_backward(b.grad_output, b.inputs[0], b.inputs[1], a.rows, a.experts,
-                               a.top_k, a.sigmoid, b.grad_inputs[0]);
+       cpu::moe_route_backward(b.grad_output, b.inputs[0], b.inputs[1], a.rows, a.experts, a.top_k,
+                               a.sigmoid, b.grad_inputs[0]);
      }},
     {OpKind::kMoeDispatch,
      [](A a, B b) {
-       cpu::moe_dispatch_forward(b.inputs[0], b.inputs[1], b.inputs[2], a.rows, a.dim,
-                                 a.top_k, a.experts, b.outputs[0], b.outputs[1], b.outputs[2]);
+       cpu::moe_dispatch_forward(b.inputs[0], b.inputs[1], b.inputs[2], a.rows, a.dim, a.top_k,
+                                 a.experts, b.outputs[0], b.outputs[1], b.outputs[2]);
        return 0.0;
      },
      [](A a, B b) {  // saved: x, scores, perm. The indices get no gradient.
-       cpu::moe_dispatch_backward(b.grad_output, b.inputs[0], b.inputs[1], b.inputs[2],
-                                  a.rows, a.dim, a.top_k, b.grad_inputs[0], b.grad_inputs[1]);
+       cpu::moe_dispatch_backward(b.grad_output, b.inputs[0], b.inputs[1], b.inputs[2], a.rows,
+                                  a.dim, a.top_k, b.grad_inputs[0], b.grad_inputs[1]);
      }},
     {OpKind::kGroupedLinear,
      [](A a, B b) {
-       cpu::grouped_linear_forward(b.inputs[0], b.inputs[1], b.params[0], a.experts, a.m,
-                                   a.k, a.n, b.outputs[0]);
+       cpu::grouped_linear_forward(b.inputs[0], b.inputs[1], b.params[0], a.experts, a.m, a.k, a.n,
+                                   b.outputs[0]);
        return 0.0;
      },
      [](A a, B b) {  // saved: rows, offsets. The offsets get no gradient.
-       cpu::grouped_linear_backward(b.grad_output, b.inputs[0], b.inputs[1], b.params[0],
-                                    a.experts, a.m, a.k, a.n, b.grad_inputs[0],
-                                    b.grad_params[0]);
+       cpu::grouped_linear_backward(b.grad_output, b.inputs[0], b.inputs[1], b.params[0], a.experts,
+                                    a.m, a.k, a.n, b.grad_inputs[0], b.grad_params[0]);
      }},
     {OpKind::kMoeCombine,
      [](A a, B b) {
-       cpu::moe_combine_forward(b.inputs[0], b.inputs[1], a.rows, a.dim, a.top_k,
-                                b.outputs[0]);
+       cpu::moe_combine_forward(b.inputs[0], b.inputs[1], a.rows, a.dim, a.top_k, b.outputs[0]);
        return 0.0;
      },
      [](A a, B b) {  // saved: perm

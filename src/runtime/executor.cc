@@ -40,9 +40,15 @@ double Executor::run(const Batch& batch) {
     if (observer_) observer_(step);
     const auto start = std::chrono::steady_clock::now();
     switch (step.kind) {
-      case Step::Kind::kForward: forward(node, step.node, false, batch); break;
-      case Step::Kind::kRecompute: forward(node, step.node, true, batch); break;
-      case Step::Kind::kBackward: backward(node, batch); break;
+      case Step::Kind::kForward:
+        forward(node, step.node, false, batch);
+        break;
+      case Step::Kind::kRecompute:
+        forward(node, step.node, true, batch);
+        break;
+      case Step::Kind::kBackward:
+        backward(node, batch);
+        break;
     }
     for (ValueId v : step.free_after) values_[v].reset();
     if (profiling_ && step.kind != Step::Kind::kRecompute) {
@@ -65,8 +71,7 @@ void Executor::forward(const Node& node, int32_t index, bool recompute, const Ba
   OpBuffers b;
   for (ValueId in : node.inputs) {
     if (!values_[in].defined()) {
-      throw std::logic_error("executor: " + program_.values[in].name + " is not live at " +
-                             label_);
+      throw std::logic_error("executor: " + program_.values[in].name + " is not live at " + label_);
     }
     b.inputs.push_back(values_[in].data());
   }
@@ -139,8 +144,8 @@ void Executor::backward(const Node& node, const Batch& batch) {
   }
   Tensor workspace;
   if (const int64_t bytes = backend_.workspace_bytes(node); bytes > 0) {
-    workspace = Tensor(*allocator_, {bytes / dtype_size(DType::kF32)},
-                       MemoryCategory::kTemporaries);
+    workspace =
+        Tensor(*allocator_, {bytes / dtype_size(DType::kF32)}, MemoryCategory::kTemporaries);
     b.workspace = workspace.data();
   }
   b.tokens = batch.inputs;

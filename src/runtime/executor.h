@@ -42,8 +42,7 @@ struct ExecutionCounts {
 
 class Executor {
  public:
-  Executor(const Program& program, Schedule schedule, Allocator& allocator,
-           ModelState& state);
+  Executor(const Program& program, Schedule schedule, Allocator& allocator, ModelState& state);
 
   // Runs the schedule on one batch; returns the mean loss. With a backward
   // schedule, parameter gradients are ACCUMULATED into state.grads.

@@ -44,9 +44,15 @@ void draw(const ParamInit& init, std::mt19937_64& rng, int64_t n, float* out) {
   for (int64_t j = 0; j < n; ++j) {
     double value = 0;
     switch (init.kind) {
-      case ParamInit::Kind::kZeros: value = 0; break;
-      case ParamInit::Kind::kOnes: value = 1; break;
-      case ParamInit::Kind::kNormal: value = init.std * standard_normal(rng); break;
+      case ParamInit::Kind::kZeros:
+        value = 0;
+        break;
+      case ParamInit::Kind::kOnes:
+        value = 1;
+        break;
+      case ParamInit::Kind::kNormal:
+        value = init.std * standard_normal(rng);
+        break;
       case ParamInit::Kind::kTruncatedNormal:
         // Rejection sampling: exact truncated normal on [lower, upper].
         do {

@@ -41,8 +41,8 @@ int run_eval(const JobConfig& config) {
   if (config.validation.steps > 0) rows = std::min(rows, config.validation.steps);
   if (rows == 0) {
     throw InputError("eval: '" + config.validation.dataset + "' has " +
-                     std::to_string(data.tokens.size()) + " tokens, expected at least seq_len + 1 = " +
-                     std::to_string(seq + 1));
+                     std::to_string(data.tokens.size()) +
+                     " tokens, expected at least seq_len + 1 = " + std::to_string(seq + 1));
   }
   SafetensorsReader::open(config.checkpoint.load);
   configure_threads(config);
@@ -51,8 +51,10 @@ int run_eval(const JobConfig& config) {
   const double mean = mean_eval_loss(session.executor, data.tokens, seq, rows);
   if (!std::isfinite(mean)) {
     std::fflush(stdout);
-    std::fprintf(stderr, "error: validation loss is not finite (%g): the weights in %s give "
-                 "NaN or infinite logits\n", mean, config.checkpoint.load.c_str());
+    std::fprintf(stderr,
+                 "error: validation loss is not finite (%g): the weights in %s give "
+                 "NaN or infinite logits\n",
+                 mean, config.checkpoint.load.c_str());
     return 1;
   }
   std::printf("validation loss: %.9g\n", mean);

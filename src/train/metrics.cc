@@ -13,8 +13,9 @@ namespace {
 struct Colors {
   const char *red, *green, *orange, *turquoise, *blue, *cyan, *magenta, *reset;
 };
-constexpr Colors kColors{"\033[31m", "\033[32m", "\033[38;2;180;60;0m", "\033[38;2;54;234;195m",
-                         "\033[34m", "\033[36m", "\033[35m", "\033[39m"};
+constexpr Colors kColors{
+    "\033[31m", "\033[32m", "\033[38;2;180;60;0m", "\033[38;2;54;234;195m", "\033[34m", "\033[36m",
+    "\033[35m", "\033[39m"};
 constexpr Colors kNoColors{"", "", "", "", "", "", "", ""};
 
 }  // namespace
@@ -54,17 +55,16 @@ std::string dump_flat(const nlohmann::ordered_json& object) {
 
 std::string metrics_json(const StepMetrics& m, int64_t activation_bytes_at_peak,
                          int64_t max_activation_bytes) {
-  const nlohmann::ordered_json line = {
-      {"step", m.step},
-      {"loss", m.loss},
-      {"grad_norm", m.grad_norm},
-      {"lr", m.lr},
-      {"peak_bytes", m.peak_bytes},
-      {"activation_bytes_at_peak", activation_bytes_at_peak},
-      {"max_activation_bytes", max_activation_bytes},
-      {"tps", m.tokens_per_second},
-      {"mfu", m.model_flops_per_second / m.peak_flops},
-      {"hfu", m.hardware_flops_per_second / m.peak_flops}};
+  const nlohmann::ordered_json line = {{"step", m.step},
+                                       {"loss", m.loss},
+                                       {"grad_norm", m.grad_norm},
+                                       {"lr", m.lr},
+                                       {"peak_bytes", m.peak_bytes},
+                                       {"activation_bytes_at_peak", activation_bytes_at_peak},
+                                       {"max_activation_bytes", max_activation_bytes},
+                                       {"tps", m.tokens_per_second},
+                                       {"mfu", m.model_flops_per_second / m.peak_flops},
+                                       {"hfu", m.hardware_flops_per_second / m.peak_flops}};
   return dump_flat(line);
 }
 

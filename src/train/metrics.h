@@ -14,8 +14,8 @@ struct StepMetrics {
   int64_t peak_bytes = 0;
   int64_t device_bytes = 0;
   double tokens_per_second = 0;
-  double model_flops_per_second = 0;      // model FLOPs only
-  double hardware_flops_per_second = 0;   // recompute included
+  double model_flops_per_second = 0;     // model FLOPs only
+  double hardware_flops_per_second = 0;  // recompute included
   double peak_flops = 1;
   double lr = 0;
 };

@@ -26,15 +26,17 @@ std::string non_finite_step_message(int64_t step, double loss, double grad_norm,
   char values[160];
   std::snprintf(values, sizeof values, "loss = %g, grad_norm = %g", loss, grad_norm);
   std::string what = std::isfinite(loss) ? "gradient norm" : "loss";
-  std::string message = "non-finite " + what + " at step " + std::to_string(step) + " (" +
-                        values + ")";
+  std::string message =
+      "non-finite " + what + " at step " + std::to_string(step) + " (" + values + ")";
   // The backward pass makes gradients from the output back to the
   // embedding, so the first to go bad in time is the last in model order.
   for (size_t i = grads.size(); i-- > 0;) {
     const Tensor& g = grads[i];
     if (g.defined() && g.raw() != nullptr && !all_finite(HostView(backend, g).data(), g.numel()))
-      return message + "; the first parameter whose gradient went non-finite (in backward "
-                       "order) is '" + program.params[i].fqn + "'";
+      return message +
+             "; the first parameter whose gradient went non-finite (in backward "
+             "order) is '" +
+             program.params[i].fqn + "'";
   }
   return message;
 }

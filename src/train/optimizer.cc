@@ -2,7 +2,6 @@
 
 #include <cmath>
 
-
 namespace remat {
 
 double clip_grad_norm(ModelState& state, double max_norm) {
@@ -26,9 +25,12 @@ double clip_grad_norm(ModelState& state, double max_norm) {
 
 void adamw_step(ModelState& state, const AdamWConfig& config, double lr, int64_t step) {
   state.ensure_optimizer_state();
-  const AdamWStep hyper{static_cast<float>(lr), static_cast<float>(config.beta1),
-                        static_cast<float>(config.beta2), static_cast<float>(config.eps),
-                        static_cast<float>(config.weight_decay), step};
+  const AdamWStep hyper{static_cast<float>(lr),
+                        static_cast<float>(config.beta1),
+                        static_cast<float>(config.beta2),
+                        static_cast<float>(config.eps),
+                        static_cast<float>(config.weight_decay),
+                        step};
   for (size_t i = 0; i < state.params.size(); ++i) {
     if (!state.program->params[i].trainable) continue;
     state.backend->adamw_update(state.params[i], state.grads[i], state.exp_avg[i],

@@ -100,16 +100,18 @@ int64_t resume_data_position(const JobConfig& config, const RunRecord& saved, in
               : ""));
   if (saved.seq_len >= 0 && saved.seq_len != t.seq_len)
     warn(from + "training.seq_len = " + std::to_string(saved.seq_len) + ", this run has " +
-         std::to_string(t.seq_len) + ": its data windows are not this run's, so the data "
-         "continues at window (step x batch) mod " + std::to_string(windows) +
-         ", not where that run stopped");
+         std::to_string(t.seq_len) +
+         ": its data windows are not this run's, so the data "
+         "continues at window (step x batch) mod " +
+         std::to_string(windows) + ", not where that run stopped");
   else if (saved.windows >= 0 && saved.windows != windows)
-    warn(from + "a dataset of " + std::to_string(saved.windows) + " windows of seq_len + 1 "
-         "tokens, this run's has " + std::to_string(windows) +
+    warn(from + "a dataset of " + std::to_string(saved.windows) +
+         " windows of seq_len + 1 "
+         "tokens, this run's has " +
+         std::to_string(windows) +
          " (another dataset?): the data continues at that run's next window mod " +
          std::to_string(windows));
-  if (saved.next_window >= 0 && saved.seq_len == t.seq_len)
-    return saved.next_window % windows;
+  if (saved.next_window >= 0 && saved.seq_len == t.seq_len) return saved.next_window % windows;
   // (step x batch) mod windows, without forming the product of two large numbers.
   return (start_step % windows) * (t.local_batch_size % windows) % windows;
 }
@@ -117,8 +119,8 @@ int64_t resume_data_position(const JobConfig& config, const RunRecord& saved, in
 void print_model(const ModelSummary& s, const Program& program) {
   std::printf("model: %s %s, %s parameters (%s without the embedding), %d layers, vocab %lld\n",
               s.family.c_str(), s.flavor.c_str(), with_thousands(s.params).c_str(),
-              with_thousands(s.params - s.embedding_params).c_str(),
-              static_cast<int>(s.n_layers), static_cast<long long>(s.vocab_size));
+              with_thousands(s.params - s.embedding_params).c_str(), static_cast<int>(s.n_layers),
+              static_cast<long long>(s.vocab_size));
   if (s.active_params != s.params) {
     std::printf("model: %s active parameters per token\n", with_thousands(s.active_params).c_str());
   }
@@ -191,9 +193,10 @@ struct DevicePeak {
   // so MFU and HFU never pass 100%.
   void raise_to(double achieved, int64_t step) {
     if (achieved <= flops) return;
-    std::printf("note: achieved %.1f GFLOP/s, above the peak of %.1f GFLOP/s (%s); "
-                "using the achieved rate as the peak from now on\n",
-                achieved / 1e9, flops / 1e9, source.c_str());
+    std::printf(
+        "note: achieved %.1f GFLOP/s, above the peak of %.1f GFLOP/s (%s); "
+        "using the achieved rate as the peak from now on\n",
+        achieved / 1e9, flops / 1e9, source.c_str());
     flops = achieved;
     source = "achieved at step " + std::to_string(step);
   }
@@ -263,8 +266,8 @@ class Trainer {
   std::map<std::string, double> profile_seconds_;
 };
 
-Trainer::Trainer(const JobConfig& config, const Setup& setup, Session& session,
-                 BatchLoader& loader, Validator* validator, int64_t start_step, int threads)
+Trainer::Trainer(const JobConfig& config, const Setup& setup, Session& session, BatchLoader& loader,
+                 Validator* validator, int64_t start_step, int threads)
     : config_(config),
       setup_(setup),
       session_(session),
@@ -273,9 +276,12 @@ Trainer::Trainer(const JobConfig& config, const Setup& setup, Session& session,
       start_step_(start_step),
       peak_(device_peak(config, threads)),
       flops_per_token_(model_flops_per_token(setup.model.summary, config.training.seq_len)),
-      lr_{config.optimizer.lr,          config.lr_scheduler.warmup_steps,
-          config.lr_scheduler.decay_ratio, config.lr_scheduler.decay_type,
-          config.lr_scheduler.lr_min,   config.training.steps},
+      lr_{config.optimizer.lr,
+          config.lr_scheduler.warmup_steps,
+          config.lr_scheduler.decay_ratio,
+          config.lr_scheduler.decay_type,
+          config.lr_scheduler.lr_min,
+          config.training.steps},
       adamw_{config.optimizer.beta1, config.optimizer.beta2, config.optimizer.eps,
              config.optimizer.weight_decay},
       inputs_(config.training.local_batch_size * config.training.seq_len),
@@ -336,8 +342,8 @@ void Trainer::record_step(int64_t tokens) {
   window_.tokens += tokens;
   window_.peak = std::max(window_.peak, allocator.peak());
   run_peak_ = std::max(run_peak_, allocator.peak());
-  window_.max_activations = std::max(window_.max_activations,
-                                     allocator.category_peaks()[MemoryCategory::kActivations]);
+  window_.max_activations =
+      std::max(window_.max_activations, allocator.category_peaks()[MemoryCategory::kActivations]);
   window_.recompute_flops += counts.recompute_flops;
   for (const auto& [op, seconds] : counts.seconds_by_op) profile_seconds_[op] += seconds;
 }
@@ -363,9 +369,8 @@ void Trainer::log_step(int64_t step, double loss, double grad_norm, const MoeLoa
               moe_text.c_str());
   std::fflush(stdout);
   if (metrics_log_.is_open()) {
-    metrics_log_.write_line(
-        metrics_json(m, session_.allocator.at_peak()[MemoryCategory::kActivations],
-                     window_.max_activations));
+    metrics_log_.write_line(metrics_json(
+        m, session_.allocator.at_peak()[MemoryCategory::kActivations], window_.max_activations));
   }
   window_ = MetricsWindow{};
 }
@@ -390,10 +395,11 @@ void Trainer::report_divergence(int64_t step, double loss, double grad_norm) con
   std::fflush(stdout);
   std::fprintf(stderr,
                "error: %s; training stopped before this step's optimizer update, and no "
-               "checkpoint is written for it (lower optimizer.lr or training.max_norm, or resume from an earlier "
+               "checkpoint is written for it (lower optimizer.lr or training.max_norm, or resume "
+               "from an earlier "
                "checkpoint)\n",
-               non_finite_step_message(step, loss, grad_norm, setup_.program(), *session_.state.backend,
-                                       session_.state.grads)
+               non_finite_step_message(step, loss, grad_norm, setup_.program(),
+                                       *session_.state.backend, session_.state.grads)
                    .c_str());
 }
 
@@ -441,19 +447,20 @@ void Trainer::print_memory(int64_t step) const {
   // The allocator never returns a freed buffer to malloc (it caches it for
   // the next step), so reserved() now is the most it ever held.
   const int64_t reserved = session_.allocator.reserved();
-  std::printf("memory: allocator peak %s (%s bytes; what memory.limit bounds), reserved %s "
-              "(%s bytes, with its cache of freed buffers), process peak RSS %s (%s bytes, "
-              "VmHWM), %s more than the allocator peak\n",
-              format_bytes(run_peak_).c_str(), with_thousands(run_peak_).c_str(),
-              format_bytes(reserved).c_str(), with_thousands(reserved).c_str(),
-              format_bytes(rss).c_str(), with_thousands(rss).c_str(),
-              format_bytes(rss - run_peak_).c_str());
+  std::printf(
+      "memory: allocator peak %s (%s bytes; what memory.limit bounds), reserved %s "
+      "(%s bytes, with its cache of freed buffers), process peak RSS %s (%s bytes, "
+      "VmHWM), %s more than the allocator peak\n",
+      format_bytes(run_peak_).c_str(), with_thousands(run_peak_).c_str(),
+      format_bytes(reserved).c_str(), with_thousands(reserved).c_str(), format_bytes(rss).c_str(),
+      with_thousands(rss).c_str(), format_bytes(rss - run_peak_).c_str());
 }
 
 void Trainer::print_profile(int64_t step) const {
   double total = 0;
   for (const auto& [op, seconds] : profile_seconds_) total += seconds;
-  std::printf("profile (%lld steps, %.3f s in ops):\n", static_cast<long long>(step - start_step_), total);
+  std::printf("profile (%lld steps, %.3f s in ops):\n", static_cast<long long>(step - start_step_),
+              total);
   for (const auto& [op, seconds] : profile_seconds_) {
     std::printf("  %-28s %9.3f s  %5.1f%%\n", op.c_str(), seconds, 100.0 * seconds / total);
   }
@@ -465,12 +472,13 @@ void Trainer::print_profile(int64_t step) const {
 void print_validation(const JobConfig& config, const Setup& setup, const Validator& validator) {
   const int64_t training_peak =
       predict(setup.program(), setup.ac.plan, PlannerOptions{}).peak_bytes;
-  std::printf("validation: every %lld steps, %s; predicted peak %s (%lld bytes), training "
-              "step %s (%lld bytes)\n",
-              static_cast<long long>(config.validation.freq), validator.describe().c_str(),
-              format_bytes(validator.predicted_peak()).c_str(),
-              static_cast<long long>(validator.predicted_peak()),
-              format_bytes(training_peak).c_str(), static_cast<long long>(training_peak));
+  std::printf(
+      "validation: every %lld steps, %s; predicted peak %s (%lld bytes), training "
+      "step %s (%lld bytes)\n",
+      static_cast<long long>(config.validation.freq), validator.describe().c_str(),
+      format_bytes(validator.predicted_peak()).c_str(),
+      static_cast<long long>(validator.predicted_peak()), format_bytes(training_peak).c_str(),
+      static_cast<long long>(training_peak));
   if (validator.predicted_peak() > training_peak)
     std::printf("warning: validation raises the run's peak to %s\n",
                 format_bytes(validator.predicted_peak()).c_str());
@@ -492,8 +500,7 @@ int run_train(const JobConfig& config) {
   TokenDataset data, validation_data;
   if (!seed_only) data = load_data(config, setup.model.summary.vocab_size);
   const bool validates = !seed_only && config.validation.enabled;
-  if (validates)
-    validation_data = validation_tokens(config, data, setup.model.summary.vocab_size);
+  if (validates) validation_data = validation_tokens(config, data, setup.model.summary.vocab_size);
   const RunRecord saved_run = read_saved_run(config);
   const bool writes_checkpoints = seed_only || config.checkpoint.enable;
   check_output_places(config, writes_checkpoints);
@@ -513,8 +520,7 @@ int run_train(const JobConfig& config) {
   BatchLoader loader(std::move(data.tokens), t.local_batch_size, t.seq_len,
                      t.dataset_path.empty() ? t.dataset : t.dataset_path);
   if (start_step > 0) {
-    loader.set_position(
-        resume_data_position(config, saved_run, start_step, loader.num_windows()));
+    loader.set_position(resume_data_position(config, saved_run, start_step, loader.num_windows()));
   }
   std::unique_ptr<Validator> validator;
   if (validates) {

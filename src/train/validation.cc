@@ -33,17 +33,17 @@ TokenDataset validation_tokens(const JobConfig& config, TokenDataset& training,
                        t.dataset + ", held out (never trained on)";
     data.tokens = std::move(split.held_out);
     training.tokens = std::move(split.train);
-    training.description += ", less the " + with_thousands(data.tokens.size()) +
-                            " held out for validation";
+    training.description +=
+        ", less the " + with_thousands(data.tokens.size()) + " held out for validation";
   } else {
-    throw InputError("validation: training.dataset_path is set, so there is no built-in "
-                     "held-out part; set validation.dataset to a held-out file");
+    throw InputError(
+        "validation: training.dataset_path is set, so there is no built-in "
+        "held-out part; set validation.dataset to a held-out file");
   }
   if (validation_rows(config, data.tokens.size()) == 0)
-    throw InputError("validation: " + data.description + " has " +
-                     std::to_string(data.tokens.size()) +
-                     " tokens, expected at least training.seq_len + 1 = " +
-                     std::to_string(t.seq_len + 1));
+    throw InputError(
+        "validation: " + data.description + " has " + std::to_string(data.tokens.size()) +
+        " tokens, expected at least training.seq_len + 1 = " + std::to_string(t.seq_len + 1));
   return data;
 }
 

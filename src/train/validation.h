@@ -22,8 +22,7 @@ namespace remat {
 // held-out part (io/dataset.h split_held_out), which is cut out of
 // `training` so no run with validation ever trains on it. InputError for a
 // training file without validation.dataset, or data shorter than one row.
-TokenDataset validation_tokens(const JobConfig& config, TokenDataset& training,
-                               int64_t vocab_size);
+TokenDataset validation_tokens(const JobConfig& config, TokenDataset& training, int64_t vocab_size);
 
 // What validation runs: the forward-only setup at batch 1 (the inference
 // plan) and the peak the planner predicts for it on top of the training

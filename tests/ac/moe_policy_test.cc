@@ -109,8 +109,7 @@ TEST(MoePolicy, RouterGateIsTheLowFlopMatmulAt17bx16e) {
   }
   EXPECT_EQ(gate, 2LL * 8192 * 5120 * 16);
   EXPECT_LT(gate, smallest_other / 50);
-  const std::string table =
-      format_matmul_table(p, make_plan(p, op_options({"moe.router.gate"})));
+  const std::string table = format_matmul_table(p, make_plan(p, op_options({"moe.router.gate"})));
   EXPECT_NE(table.find("layers.*.moe.router.gate       (8192 x 5120) x (5120 x 16)"),
             std::string::npos)
       << table;

@@ -1,9 +1,10 @@
 // The AC policy's decisions on a Llama 3 block, as spec.md §2 states them.
+#include "ac/policy.h"
+
 #include <gtest/gtest.h>
 
 #include <map>
 
-#include "ac/policy.h"
 #include "ac/report.h"
 #include "models/llama3.h"
 
@@ -24,7 +25,7 @@ Program gqa_program(int64_t layers = 3) {
 
 // block -> (matmul name within the block -> decision)
 std::map<std::string, MatmulDecision> decisions_of_block(const Program& p, const Plan& plan,
-                                                          int block) {
+                                                         int block) {
   std::map<std::string, MatmulDecision> out;
   const std::string prefix = "layers." + std::to_string(block) + ".";
   for (const MatmulDecision& d : plan.matmuls) {
@@ -77,8 +78,8 @@ TEST(OpPolicy, ThresholdBetweenSmallestMatmulsShiftsTheAlternation) {
   EXPECT_EQ(d.at("attention.wk").reason, MatmulReason::kBelowThreshold);
   EXPECT_EQ(d.at("attention.wv").reason, MatmulReason::kBelowThreshold);
   // The alternation runs over wq, wo, w1, w3, w2 and keeps wq, w1, w2.
-  EXPECT_EQ(kept_names(d), (std::vector<std::string>{"attention.wq", "feed_forward.w1",
-                                                     "feed_forward.w2"}));
+  EXPECT_EQ(kept_names(d),
+            (std::vector<std::string>{"attention.wq", "feed_forward.w1", "feed_forward.w2"}));
   EXPECT_EQ(d.at("attention.wo").reason, MatmulReason::kRecomputedByAlternation);
   EXPECT_EQ(d.at("feed_forward.w3").reason, MatmulReason::kRecomputedByAlternation);
 }
@@ -105,8 +106,8 @@ TEST(OpPolicy, FilterRecomputesWithoutCounting) {
   EXPECT_EQ(d.at("attention.wo").reason, MatmulReason::kMatchedFilter);
   EXPECT_EQ(d.at("attention.wo").matched_pattern, "attention.wo");
   // wq, wk, wv, w1, w3, w2 alternate: keep wq, wv, w3.
-  EXPECT_EQ(kept_names(d), (std::vector<std::string>{"attention.wq", "attention.wv",
-                                                     "feed_forward.w3"}));
+  EXPECT_EQ(kept_names(d),
+            (std::vector<std::string>{"attention.wq", "attention.wv", "feed_forward.w3"}));
   EXPECT_TRUE(plan.warnings.empty());
 }
 
@@ -117,8 +118,7 @@ TEST(OpPolicy, FilterMatchesFqnNotShape) {
   Plan plan = make_plan(p, op_options(0, {"layers.1.attention.wo"}));
   EXPECT_EQ(decisions_of_block(p, plan, 1).at("attention.wq").reason,
             MatmulReason::kKeptByAlternation);
-  EXPECT_EQ(decisions_of_block(p, plan, 1).at("attention.wo").reason,
-            MatmulReason::kMatchedFilter);
+  EXPECT_EQ(decisions_of_block(p, plan, 1).at("attention.wo").reason, MatmulReason::kMatchedFilter);
   EXPECT_EQ(decisions_of_block(p, plan, 0).at("attention.wo").reason,
             MatmulReason::kRecomputedByAlternation);
 }

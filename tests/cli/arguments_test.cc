@@ -30,8 +30,8 @@ TEST(CommandLine, PlanFlagsAnywhere) {
 }
 
 TEST(CommandLine, PlanTimelineAndItsComparison) {
-  const CommandLine c = parse_command_line({"plan", "--config", "a.toml", "--timeline",
-                                            "t.svg", "--timeline-compare=none"});
+  const CommandLine c = parse_command_line(
+      {"plan", "--config", "a.toml", "--timeline", "t.svg", "--timeline-compare=none"});
   EXPECT_EQ(c.extra.at("timeline"), "t.svg");
   EXPECT_EQ(c.extra.at("timeline-compare"), "none");
   EXPECT_TRUE(c.overrides.empty());

@@ -56,12 +56,12 @@ TEST(ConfigLimits, ThreadsAreBoundedByTheMachine) {
   EXPECT_LE(max, 1024);
   EXPECT_EQ(max, std::min<int64_t>(1024, 4 * std::max(1u, std::thread::hardware_concurrency())));
   EXPECT_EQ(error_of({"--training.threads=" + std::to_string(max)}), "");
-  for (const std::string& bad : {std::to_string(max + 1), std::string("100000"),
-                                std::string("9223372036854775807")}) {
+  for (const std::string& bad :
+       {std::to_string(max + 1), std::string("100000"), std::string("9223372036854775807")}) {
     const std::string e = error_of({"--training.threads=" + bad});
     EXPECT_NE(e.find("training.threads = " + bad), std::string::npos) << e;
-    EXPECT_NE(e.find("expected an integer in [0, " + std::to_string(max) + "]"),
-              std::string::npos) << e;
+    EXPECT_NE(e.find("expected an integer in [0, " + std::to_string(max) + "]"), std::string::npos)
+        << e;
   }
 }
 
@@ -79,8 +79,9 @@ TEST(ConfigLimits, DevicesAndFifosAreNotConfigs) {
       EXPECT_NE(std::string(e.what()).find("character device"), std::string::npos) << e.what();
     }
   }
-  const std::string fifo = (std::filesystem::temp_directory_path() /
-                            ("remat_config_fifo_" + std::to_string(::getpid()))).string();
+  const std::string fifo =
+      (std::filesystem::temp_directory_path() / ("remat_config_fifo_" + std::to_string(::getpid())))
+          .string();
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
   std::string message;
   try {

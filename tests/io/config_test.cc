@@ -231,13 +231,14 @@ TEST(Config, OverridesOfEveryType) {
 }
 
 TEST(Config, ThresholdIsANumberOrAuto) {
-  const JobConfig toml = parse(
-      "[activation_checkpoint]\nselective_op_ac_mm_flops_threshold = \"auto\"\n", {});
+  const JobConfig toml =
+      parse("[activation_checkpoint]\nselective_op_ac_mm_flops_threshold = \"auto\"\n", {});
   EXPECT_TRUE(toml.activation_checkpoint.selective_op_ac_mm_flops_threshold.automatic);
   const JobConfig cli =
       parse("", {"--activation_checkpoint.selective_op_ac_mm_flops_threshold", "auto"});
   EXPECT_TRUE(cli.activation_checkpoint.selective_op_ac_mm_flops_threshold.automatic);
-  const JobConfig number = parse("[activation_checkpoint]\nselective_op_ac_mm_flops_threshold = 7\n", {});
+  const JobConfig number =
+      parse("[activation_checkpoint]\nselective_op_ac_mm_flops_threshold = 7\n", {});
   EXPECT_EQ(number.activation_checkpoint.selective_op_ac_mm_flops_threshold, 7.0);
   const std::string e =
       error_of_overrides({"--activation_checkpoint.selective_op_ac_mm_flops_threshold=often"});
@@ -329,8 +330,9 @@ TEST(Config, WrongTypesNameKeyValueAndType) {
 TEST(Config, TableHeadersThatCannotStartAKeyAndArraysOfBrace) {
   using namespace std::string_literals;
   for (const std::string& text : {"[="s, "[[="s, "[[[1]]]"s, "[[[a]]]"s, "[[[]]"s, "[ *]\n"s,
-                                 "t=[}"s, "t = [1,}"s, "t=[[[[}]]]]"s, "t={a=[}]}"s,
-                                 "y = 0535-05-27T\0\0\0\0" "07:32"s}) {
+                                  "t=[}"s, "t = [1,}"s, "t=[[[[}]]]]"s, "t={a=[}]}"s,
+                                  "y = 0535-05-27T\0\0\0\0"
+                                  "07:32"s}) {
     const std::string e = error_of_toml(text);
     EXPECT_NE(e.find("TOML syntax error in test.toml at line 1"), std::string::npos)
         << text << " -> " << e;
@@ -350,7 +352,9 @@ TEST(Config, NonAsciiOutsideStringsIsASyntaxError) {
     std::string text, where;
   };
   const Case cases[] = {
-      {"[training]\nsteps = 1111111\xcb\x9a\xce\xa2" "15.8", "line 2, column 16"},
+      {"[training]\nsteps = 1111111\xcb\x9a\xce\xa2"
+       "15.8",
+       "line 2, column 16"},
       {"[training] \xc2\xa7\n", "line 1, column 12"},
       {"[job]\ndescription = \"x\" \xc2\xa7\n", "line 2, column 19"},
       {"[job]\n\xc3\xa9 = 1\n", "line 2, column 1"},

@@ -189,7 +189,9 @@ TEST(HeldOut, CutsAtADocumentStartNearTheEnd) {
   EXPECT_EQ(split_held_out(t, 0.4).held_out, s.held_out);
   // The search starts at token 1 at the latest: the whole stream is never held out.
   EXPECT_EQ(split_held_out(t, 1.0).train, std::vector<int32_t>(t.begin(), t.begin() + 3));
-  EXPECT_NE(error_of([&] { split_held_out({B, 1, 2, E}, 0.5); }).find("validation.dataset"),
+  EXPECT_NE(error_of([&] {
+              split_held_out({B, 1, 2, E}, 0.5);
+            }).find("validation.dataset"),
             std::string::npos);
 }
 

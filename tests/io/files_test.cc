@@ -61,7 +61,8 @@ std::string error_of(const std::function<void()>& f) {
 TEST_F(FilesTest, ReadsRegularFilesOnly) {
   EXPECT_EQ(read_regular_file(write("a.toml", "x = 1\n"), "config file", "a TOML file", 100),
             "x = 1\n");
-  std::string e = error_of([] { read_regular_file("/dev/zero", "config file", "a TOML file", 100); });
+  std::string e =
+      error_of([] { read_regular_file("/dev/zero", "config file", "a TOML file", 100); });
   EXPECT_NE(e.find("'/dev/zero': is a character device, expected a TOML file"), std::string::npos)
       << e;
   // A FIFO without a writer: refused at once, not waited on.
@@ -72,7 +73,9 @@ TEST_F(FilesTest, ReadsRegularFilesOnly) {
   EXPECT_NE(e.find("is a directory, expected a TOML file"), std::string::npos) << e;
   e = error_of([&] { read_regular_file(path("none"), "config file", "a TOML file", 100); });
   EXPECT_NE(e.find("no such file"), std::string::npos) << e;
-  e = error_of([&] { read_regular_file(write("big", std::string(101, 'x')), "config file", "a TOML file", 100); });
+  e = error_of([&] {
+    read_regular_file(write("big", std::string(101, 'x')), "config file", "a TOML file", 100);
+  });
   EXPECT_NE(e.find("larger than 100 bytes"), std::string::npos) << e;
   // /proc/self/mem is "regular" but unreadable at offset 0: an error, not ignored.
   e = error_of([] { read_regular_file("/proc/self/mem", "config file", "a TOML file", 100); });
@@ -85,7 +88,8 @@ TEST_F(FilesTest, OutputChecksRefuseLinksDevicesFifosAndFolders) {
   EXPECT_EQ(error_of([&] { check_output_file(write("old.jsonl", "x"), "k"); }), "");
   std::string e = error_of([] { check_output_file("/dev/null", "metrics.jsonl_path"); });
   EXPECT_NE(e.find("metrics.jsonl_path: '/dev/null' exists and is a character device"),
-            std::string::npos) << e;
+            std::string::npos)
+      << e;
   const std::string f = fifo("pipe");
   EXPECT_NE(error_of([&] { check_output_file(f, "k"); }).find("FIFO"), std::string::npos);
   EXPECT_NE(error_of([&] { check_output_file(dir_.string(), "k"); }).find("a directory"),
@@ -106,7 +110,8 @@ TEST_F(FilesTest, UnwritableFolderIsFoundByTheCheck) {
   if (::geteuid() == 0) GTEST_SKIP() << "root may write to any folder";
   fs::create_directories(path("ro"));
   fs::permissions(path("ro"), fs::perms::owner_read | fs::perms::owner_exec);
-  const std::string e = error_of([&] { check_output_folder(path("ro/ckpt"), "checkpoint.folder"); });
+  const std::string e =
+      error_of([&] { check_output_folder(path("ro/ckpt"), "checkpoint.folder"); });
   fs::permissions(path("ro"), fs::perms::owner_all);
   EXPECT_NE(e.find("not writable"), std::string::npos) << e;
 }

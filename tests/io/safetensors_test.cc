@@ -276,33 +276,30 @@ TEST_F(SafetensorsTest, TruncatedAfterOpen) {
 // The format: tensors tile the data area exactly. Overlaps alias tensors;
 // gaps, shifts and trailing bytes are the marks of a corrupt header.
 TEST_F(SafetensorsTest, OverlappingOffsetsAreRejected) {
-  const std::string path = craft(
-      "overlap.safetensors",
-      R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
-      R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
-      12);
+  const std::string path = craft("overlap.safetensors",
+                                 R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                                 R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+                                 12);
   expect_input_error([&] { SafetensorsReader::open(path); }, {path, "'b'", "overlaps"});
-  const std::string same = craft(
-      "alias.safetensors",
-      R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
-      R"("b":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})",
-      8);
+  const std::string same = craft("alias.safetensors",
+                                 R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                                 R"("b":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})",
+                                 8);
   expect_input_error([&] { SafetensorsReader::open(same); }, {same, "overlaps"});
 }
 
 TEST_F(SafetensorsTest, GapsShiftsAndTrailingBytesAreRejected) {
-  const std::string shifted = craft(
-      "shift.safetensors", R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[2,10]}})", 10);
+  const std::string shifted =
+      craft("shift.safetensors", R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[2,10]}})", 10);
   expect_input_error([&] { SafetensorsReader::open(shifted); },
                      {shifted, "'a'", "starts at data offset 2, expected 0"});
-  const std::string gap = craft(
-      "gap.safetensors",
-      R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
-      R"("b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})",
-      12);
+  const std::string gap = craft("gap.safetensors",
+                                R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                                R"("b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})",
+                                12);
   expect_input_error([&] { SafetensorsReader::open(gap); }, {gap, "'b'", "gap"});
-  const std::string trailing = craft(
-      "trail.safetensors", R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 8);
+  const std::string trailing =
+      craft("trail.safetensors", R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 8);
   expect_input_error([&] { SafetensorsReader::open(trailing); }, {trailing, "4 bytes after"});
 }
 

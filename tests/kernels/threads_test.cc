@@ -39,7 +39,8 @@ void expect_thread_independent(const char* name,
 TEST(ThreadCount, LinearLayersInBothWeightLayouts) {
   for (int64_t m : {1, 7, 100, 257, 1000}) {
     const int64_t k = 96, n = 200;
-    const auto x = random_vector(m * k, 1), w = random_vector(n * k, 2), dy = random_vector(m * n, 3);
+    const auto x = random_vector(m * k, 1), w = random_vector(n * k, 2),
+               dy = random_vector(m * n, 3);
     expect_thread_independent("linear", [&] {
       std::vector<float> y(m * n), dx(m * k, 0.5f), dw(n * k, 0.25f);
       linear_forward(x.data(), w.data(), m, k, n, y.data());
@@ -83,10 +84,10 @@ TEST(ThreadCount, MixtureOfExpertsPath) {
     std::vector<float> dx(tokens * dim, 0.0f), dscores(n, 0.0f), dlogits(tokens * experts, 0.0f);
     moe_dispatch_backward(drows.data(), x.data(), scores.data(), perm.data(), tokens, dim, top_k,
                           dx.data(), dscores.data());
-    moe_route_backward(dscores.data(), logits.data(), indices.data(), tokens, experts, top_k,
-                       false, dlogits.data());
-    return std::vector<std::vector<float>>{scores, indices, counts, rows, h, y, dh, drows,
-                                           dw1,    dx,      dscores, dlogits};
+    moe_route_backward(dscores.data(), logits.data(), indices.data(), tokens, experts, top_k, false,
+                       dlogits.data());
+    return std::vector<std::vector<float>>{scores, indices, counts, rows, h,       y,
+                                           dh,     drows,   dw1,    dx,   dscores, dlogits};
   });
 }
 

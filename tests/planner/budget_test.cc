@@ -2,15 +2,16 @@
 // with: its peak model equals the planner's replay for random choices, its
 // answers are optimal by brute force on small programs, and its peak and
 // cost move the right way as the budget falls.
+#include "ac/budget.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <chrono>
-#include <ctime>
 #include <cstdio>
+#include <ctime>
 #include <random>
 
-#include "ac/budget.h"
 #include "models/registry.h"
 #include "planner/planner.h"
 
@@ -174,9 +175,9 @@ TEST_P(BudgetBruteForce, MatchesOnTwoBlocks) {
   const Program p = tiny(2);
   expect_solver_matches_brute_force(
       p,
-      decidable_values(p, {"attention_norm:out", "attention_norm:rstd", "rope_q:out",
-                           "attention.sdpa:out", "attention.sdpa:lse", "feed_forward.w1:out",
-                           "feed_forward.silu_mul:out"}),
+      decidable_values(
+          p, {"attention_norm:out", "attention_norm:rstd", "rope_q:out", "attention.sdpa:out",
+              "attention.sdpa:lse", "feed_forward.w1:out", "feed_forward.silu_mul:out"}),
       GetParam());
 }
 
@@ -184,8 +185,8 @@ TEST_P(BudgetBruteForce, MatchesOnThreeBlocks) {
   const Program p = tiny(3);
   expect_solver_matches_brute_force(
       p,
-      decidable_values(p, {"attention.wv:out", "attention_residual:out", "feed_forward.w3:out",
-                           "ffn_norm:out"}),
+      decidable_values(
+          p, {"attention.wv:out", "attention_residual:out", "feed_forward.w3:out", "ffn_norm:out"}),
       GetParam());
 }
 

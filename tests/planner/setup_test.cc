@@ -1,10 +1,11 @@
 // The shared setup path (planner/setup.h): every command gets the model at
 // the batch it asks for and the plan its pass needs, and choose_ac_plan keeps
 // the pieces `remat plan` reports next to the plan it runs.
+#include "planner/setup.h"
+
 #include <gtest/gtest.h>
 
 #include "planner/job_options.h"
-#include "planner/setup.h"
 
 namespace remat {
 namespace {

@@ -1,6 +1,8 @@
 // The executor follows the plan: every AC mode gives bit-identical gradients,
 // the backward pass re-runs exactly the ops the plan names, values die when
 // the schedule says, and a dry run books exactly what a real run allocates.
+#include "runtime/executor.h"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -9,7 +11,6 @@
 #include "ac/policy.h"
 #include "kernels/cpu/kernels.h"
 #include "models/llama3.h"
-#include "runtime/executor.h"
 
 namespace remat {
 namespace {

@@ -68,25 +68,26 @@ std::map<OpKind, FdCase> fd_cases() {
   lin.m = 3, lin.k = 5, lin.n = 4;
   c[OpKind::kLinear] = {lin, {{3, 5}}, {{4, 5}}, {true}, {true}, nullptr};
   c[OpKind::kRope] = {heads(4), {{2, 5, 4, 4}}, {}, {true}, {}, nullptr};
-  c[OpKind::kAttention] = {heads(2), {{2, 5, 4, 4}, {2, 5, 2, 4}, {2, 5, 2, 4}}, {},
-                           {true, true, true}, {}, nullptr};
+  c[OpKind::kAttention] = {
+      heads(2), {{2, 5, 4, 4}, {2, 5, 2, 4}, {2, 5, 2, 4}}, {}, {true, true, true}, {}, nullptr};
   c[OpKind::kSiluMul] = {rows_dim(3, 6), {{3, 6}, {3, 6}}, {}, {true, true}, {}, nullptr};
   c[OpKind::kAdd] = {rows_dim(3, 6), {{3, 6}, {3, 6}}, {}, {true, true}, {}, nullptr};
   c[OpKind::kCrossEntropy] = {rows_dim(6, 7), {{6, 7}}, {}, {true}, {}, nullptr, 2e-4};
-  c[OpKind::kMoeRoute] = {moe(5, 0, 4, 2), {{5, 4}}, {{4}, {4}}, {true}, {false, false},
-                          nullptr};
-  c[OpKind::kMoeDispatch] = {moe(5, 3, 4, 2), {{5, 3}, {5, 2}, {5, 2}}, {},
-                             {true, true, false}, {},
-                             [](Buffers& in) { expert_ids(in[2], 2, 4); }};
+  c[OpKind::kMoeRoute] = {moe(5, 0, 4, 2), {{5, 4}}, {{4}, {4}}, {true}, {false, false}, nullptr};
+  c[OpKind::kMoeDispatch] = {
+      moe(5, 3, 4, 2), {{5, 3}, {5, 2}, {5, 2}}, {}, {true, true, false}, {}, [](Buffers& in) {
+        expert_ids(in[2], 2, 4);
+      }};
   OpAttrs grouped = moe(0, 0, 3, 0);
   grouped.m = 7, grouped.k = 4, grouped.n = 3;
-  c[OpKind::kGroupedLinear] = {grouped, {{7, 4}, {4}}, {{3, 4, 3}}, {true, false}, {true},
-                               [](Buffers& in) { in[1] = {0, 3, 3, 7}; }};
-  c[OpKind::kMoeCombine] = {moe(5, 3, 0, 2), {{10, 3}, {10}}, {}, {true, false}, {},
-                            [](Buffers& in) {
-                              const std::vector<float> perm = {3, 0, 7, 1, 9, 2, 5, 8, 4, 6};
-                              in[1] = perm;
-                            }};
+  c[OpKind::kGroupedLinear] = {grouped,     {{7, 4}, {4}},
+                               {{3, 4, 3}}, {true, false},
+                               {true},      [](Buffers& in) { in[1] = {0, 3, 3, 7}; }};
+  c[OpKind::kMoeCombine] = {
+      moe(5, 3, 0, 2), {{10, 3}, {10}}, {}, {true, false}, {}, [](Buffers& in) {
+        const std::vector<float> perm = {3, 0, 7, 1, 9, 2, 5, 8, 4, 6};
+        in[1] = perm;
+      }};
   return c;
 }
 
@@ -148,8 +149,8 @@ void check_op_gradients(OpKind kind, const FdCase& fd) {
                                    run_forward, 1e-2f, fd.tol);
   for (size_t i = 0; i < params.size(); ++i)
     if (fd.param_differentiable[i])
-      cpu::testing::check_gradient(name + " param " + std::to_string(i), params[i],
-                                   grad_params[i], run_forward, 1e-2f, fd.tol);
+      cpu::testing::check_gradient(name + " param " + std::to_string(i), params[i], grad_params[i],
+                                   run_forward, 1e-2f, fd.tol);
 }
 
 TEST(OpTable, EveryKindIsComplete) {

@@ -12,13 +12,12 @@
 
 #include "ac/policy.h"
 #include "ac/schedule.h"
+#include "checking_backend.h"
 #include "models/registry.h"
 #include "runtime/executor.h"
 #include "train/checkpoint.h"
 #include "train/load_balance.h"
 #include "train/optimizer.h"
-
-#include "checking_backend.h"
 
 namespace remat {
 namespace {

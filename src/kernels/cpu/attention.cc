@@ -295,8 +295,8 @@ void pack_key_tile(const float* k, const float* v, int64_t row0, int64_t k0, int
 
 // Adds a key tile's accumulated dk and dv into the gradients (dk, dv point
 // at the kv head's first column).
-void add_key_tile_grads(const KeyTile& kt, int64_t row0, int64_t kv_stride, int64_t D,
-                        int64_t Dp, float* dk, float* dv) {
+void add_key_tile_grads(const KeyTile& kt, int64_t row0, int64_t kv_stride, int64_t D, int64_t Dp,
+                        float* dk, float* dv) {
   for (int64_t j = 0; j < kt.nk; ++j) {
     const int64_t off = (row0 + kt.k0 + j) * kv_stride;
     for (int64_t i = 0; i < D; ++i) {
@@ -384,8 +384,7 @@ void attention_backward(const float* dout, const float* q, const float* k, const
       }
 
       for (int64_t t = kt_begin; t < kt_end; ++t) {
-        add_key_tile_grads(ktiles[t - kt_begin], b * seq, kv_stride, D, Dp, dk + g * D,
-                           dv + g * D);
+        add_key_tile_grads(ktiles[t - kt_begin], b * seq, kv_stride, D, Dp, dk + g * D, dv + g * D);
       }
     }
   }

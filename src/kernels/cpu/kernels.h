@@ -22,32 +22,30 @@ void set_num_threads(int threads);
 int num_threads();
 
 // --- embedding: out[t, :] = table[tokens[t], :]
-void embedding_forward(const int32_t* tokens, int64_t n_tokens, const float* table,
-                       int64_t dim, float* out);
+void embedding_forward(const int32_t* tokens, int64_t n_tokens, const float* table, int64_t dim,
+                       float* out);
 // dtable[tokens[t], :] += dout[t, :]
-void embedding_backward(const int32_t* tokens, int64_t n_tokens, const float* dout,
-                        int64_t dim, int64_t vocab, float* dtable);
+void embedding_backward(const int32_t* tokens, int64_t n_tokens, const float* dout, int64_t dim,
+                        int64_t vocab, float* dtable);
 
 // --- RMSNorm over the last dim: out = x * rstd * w, rstd[r] = 1/sqrt(mean(x^2)+eps)
-void rmsnorm_forward(const float* x, const float* weight, int64_t rows, int64_t dim,
-                     float eps, float* out, float* rstd);
-void rmsnorm_backward(const float* dout, const float* x, const float* weight,
-                      const float* rstd, int64_t rows, int64_t dim, float* dx,
-                      float* dweight);
+void rmsnorm_forward(const float* x, const float* weight, int64_t rows, int64_t dim, float eps,
+                     float* out, float* rstd);
+void rmsnorm_backward(const float* dout, const float* x, const float* weight, const float* rstd,
+                      int64_t rows, int64_t dim, float* dx, float* dweight);
 
 // --- linear (no bias), PyTorch weight layout: y[m, n] = x[m, k] @ w[n, k]^T
-void linear_forward(const float* x, const float* w, int64_t m, int64_t k, int64_t n,
-                    float* y);
+void linear_forward(const float* x, const float* w, int64_t m, int64_t k, int64_t n, float* y);
 // dx[m, k] += dy @ w ; dw[n, k] += dy^T @ x
-void linear_backward(const float* dy, const float* x, const float* w, int64_t m,
-                     int64_t k, int64_t n, float* dx, float* dw);
+void linear_backward(const float* dy, const float* x, const float* w, int64_t m, int64_t k,
+                     int64_t n, float* dx, float* dw);
 
 // --- linear with the weight stored (in, out): y[m, n] = x[m, k] @ w[k, n]
 // (torchtitan's expert layout). dx += dy @ w^T ; dw += x^T @ dy (null: skipped).
 void linear_in_out_forward(const float* x, const float* w, int64_t m, int64_t k, int64_t n,
                            float* y);
-void linear_in_out_backward(const float* dy, const float* x, const float* w, int64_t m,
-                            int64_t k, int64_t n, float* dx, float* dw);
+void linear_in_out_backward(const float* dy, const float* x, const float* w, int64_t m, int64_t k,
+                            int64_t n, float* dx, float* dw);
 
 // --- mixture of experts (moe.cc). T tokens, E experts, top_k slots per
 // token, D model dim. Expert ids, offsets and permutations are exact floats.
@@ -67,12 +65,12 @@ void moe_route_backward(const float* dscores, const float* logits, const float* 
 // Dispatch: rows[T*k, D] grouped by expert (stable: by expert, then token,
 // then slot), row = x[t] * scores[t, slot]; offsets[E+1] the first row of
 // each expert; perm[r] = t * k + slot of sorted row r.
-void moe_dispatch_forward(const float* x, const float* scores, const float* indices,
-                          int64_t tokens, int64_t dim, int64_t top_k, int64_t experts,
-                          float* rows, float* offsets, float* perm);
+void moe_dispatch_forward(const float* x, const float* scores, const float* indices, int64_t tokens,
+                          int64_t dim, int64_t top_k, int64_t experts, float* rows, float* offsets,
+                          float* perm);
 void moe_dispatch_backward(const float* drows, const float* x, const float* scores,
-                           const float* perm, int64_t tokens, int64_t dim, int64_t top_k,
-                           float* dx, float* dscores);
+                           const float* perm, int64_t tokens, int64_t dim, int64_t top_k, float* dx,
+                           float* dscores);
 // Grouped linear: for each expert e, out[seg e] = rows[seg e] @ w[e] with
 // w[E, K, N] and seg e = [offsets[e], offsets[e+1]); one GEMM per segment.
 void grouped_linear_forward(const float* rows, const float* offsets, const float* w,
@@ -92,34 +90,32 @@ void update_expert_bias(float* expert_bias, float* counts, int64_t experts, floa
 // --- RoPE, torchtitan's pair layout: for position p (= index within seq) and
 // pair i of a head, (x[2i], x[2i+1]) is rotated by angle p * theta^(-2i/head_dim).
 // Angles are computed in double precision, then cos/sin rounded to float.
-void rope_forward(const float* x, int64_t batch, int64_t seq, int64_t heads,
-                  int64_t head_dim, double theta, float* out);
-void rope_backward(const float* dout, int64_t batch, int64_t seq, int64_t heads,
-                   int64_t head_dim, double theta, float* dx);
+void rope_forward(const float* x, int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
+                  double theta, float* out);
+void rope_backward(const float* dout, int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
+                   double theta, float* dx);
 
 // --- causal grouped-query attention, scaled by 1/sqrt(head_dim).
 // q, out: [batch, seq, heads, head_dim]; k, v: [batch, seq, kv_heads, head_dim];
 // query head h uses kv head h / (heads / kv_heads).
 // lse: [batch, heads, seq], natural-log log-sum-exp of each scaled score row.
 // Never materialises a seq x seq matrix: tiles of queries x keys.
-void attention_forward(const float* q, const float* k, const float* v, int64_t batch,
-                       int64_t seq, int64_t heads, int64_t kv_heads, int64_t head_dim,
-                       float* out, float* lse);
+void attention_forward(const float* q, const float* k, const float* v, int64_t batch, int64_t seq,
+                       int64_t heads, int64_t kv_heads, int64_t head_dim, float* out, float* lse);
 // The one place this size is written: the graph (graph/op.h) books it for
 // the planner and the executor, so it is inline, needing no kernel code.
 inline int64_t attention_backward_workspace_floats(int64_t batch, int64_t seq, int64_t heads) {
   return batch * heads * seq;  // rowsum(dO * O) per [batch, head, position]
 }
-void attention_backward(const float* dout, const float* q, const float* k,
-                        const float* v, const float* out, const float* lse,
-                        int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
-                        int64_t head_dim, float* dq, float* dk, float* dv,
-                        float* workspace);
+void attention_backward(const float* dout, const float* q, const float* k, const float* v,
+                        const float* out, const float* lse, int64_t batch, int64_t seq,
+                        int64_t heads, int64_t kv_heads, int64_t head_dim, float* dq, float* dk,
+                        float* dv, float* workspace);
 
 // --- SwiGLU gate: out = silu(a) * b, elementwise over n
 void silu_mul_forward(const float* a, const float* b, int64_t n, float* out);
-void silu_mul_backward(const float* dout, const float* a, const float* b, int64_t n,
-                       float* da, float* db);
+void silu_mul_backward(const float* dout, const float* a, const float* b, int64_t n, float* da,
+                       float* db);
 
 // --- residual add: out = a + b; backward: da += dout, db += dout
 void add_forward(const float* a, const float* b, int64_t n, float* out);
@@ -132,18 +128,16 @@ double cross_entropy_forward(const float* logits, const int32_t* targets, int64_
 // Turns logits into their gradient IN PLACE: logits[r, :] <- (softmax - onehot)
 // * scale (scale = dloss / rows). No second copy of the logits exists. This is
 // the one backward that overwrites rather than accumulates.
-void cross_entropy_backward_inplace(float* logits, const int32_t* targets,
-                                    const float* lse, int64_t rows, int64_t vocab,
-                                    float scale);
+void cross_entropy_backward_inplace(float* logits, const int32_t* targets, const float* lse,
+                                    int64_t rows, int64_t vocab, float scale);
 
 // --- optimizer helpers
 // Sum of squares in double, deterministic (fixed chunking, fixed order).
 double sum_squares(const float* x, int64_t n);
 void scale_inplace(float* x, int64_t n, float factor);
 // AdamW, decoupled weight decay, bias-corrected; step counts from 1.
-void adamw_update(float* param, const float* grad, float* exp_avg, float* exp_avg_sq,
-                  int64_t n, float lr, float beta1, float beta2, float eps,
-                  float weight_decay, int64_t step);
+void adamw_update(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
+                  float lr, float beta1, float beta2, float eps, float weight_decay, int64_t step);
 
 // --- machine peak: measured fp32 FMA throughput (FLOP/s) over `threads`
 // threads, with AVX2 FMA on 8-wide vectors and enough independent chains to

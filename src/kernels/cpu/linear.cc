@@ -52,8 +52,8 @@ void linear_forward(const float* x, const float* w, int64_t m, int64_t k, int64_
   if (m == 0 || n == 0) return;
   // y[m, n] = x[m, k] @ w[n, k]^T, split over the rows of x.
   split_rows(m, k * n, [&](int64_t r0, int64_t r1) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, n, k, 1.0f, x + r0 * k, k, w,
-                k, 0.0f, y + r0 * n, n);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, n, k, 1.0f, x + r0 * k, k, w, k,
+                0.0f, y + r0 * n, n);
   });
 }
 
@@ -63,8 +63,8 @@ void linear_backward(const float* dy, const float* x, const float* w, int64_t m,
   // dx[m, k] += dy[m, n] @ w[n, k], split over rows of dx (skipped when null).
   if (dx != nullptr) {
     split_rows(m, k * n, [&](int64_t r0, int64_t r1) {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, k, n, 1.0f, dy + r0 * n, n,
-                  w, k, 1.0f, dx + r0 * k, k);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, k, n, 1.0f, dy + r0 * n, n, w,
+                  k, 1.0f, dx + r0 * k, k);
     });
   }
   // dw[n, k] += dy[m, n]^T @ x[m, k], split over rows of dw (skipped when null).
@@ -80,19 +80,19 @@ void linear_in_out_forward(const float* x, const float* w, int64_t m, int64_t k,
                            float* y) {
   if (m == 0 || n == 0) return;
   split_rows(m, k * n, [&](int64_t r0, int64_t r1) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, n, k, 1.0f, x + r0 * k, k, w,
-                n, 0.0f, y + r0 * n, n);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, n, k, 1.0f, x + r0 * k, k, w, n,
+                0.0f, y + r0 * n, n);
   });
 }
 
-void linear_in_out_backward(const float* dy, const float* x, const float* w, int64_t m,
-                            int64_t k, int64_t n, float* dx, float* dw) {
+void linear_in_out_backward(const float* dy, const float* x, const float* w, int64_t m, int64_t k,
+                            int64_t n, float* dx, float* dw) {
   if (m == 0 || n == 0 || k == 0) return;
   // dx[m, k] += dy[m, n] @ w[k, n]^T, split over rows of dx.
   if (dx != nullptr) {
     split_rows(m, k * n, [&](int64_t r0, int64_t r1) {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, k, n, 1.0f, dy + r0 * n, n,
-                  w, n, 1.0f, dx + r0 * k, k);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, k, n, 1.0f, dy + r0 * n, n, w,
+                  n, 1.0f, dx + r0 * k, k);
     });
   }
   // dw[k, n] += x[m, k]^T @ dy[m, n], split over rows of dw.

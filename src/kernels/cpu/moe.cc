@@ -109,9 +109,9 @@ void moe_route_backward(const float* dscores, const float* logits, const float* 
   }
 }
 
-void moe_dispatch_forward(const float* x, const float* scores, const float* indices,
-                          int64_t tokens, int64_t dim, int64_t top_k, int64_t experts,
-                          float* rows, float* offsets, float* perm) {
+void moe_dispatch_forward(const float* x, const float* scores, const float* indices, int64_t tokens,
+                          int64_t dim, int64_t top_k, int64_t experts, float* rows, float* offsets,
+                          float* perm) {
   const int64_t n = tokens * top_k;
   check_exact_indices("moe_dispatch_forward", n, experts);
   // Counting sort by expert, stable in (token, slot) order.
@@ -133,8 +133,8 @@ void moe_dispatch_forward(const float* x, const float* scores, const float* indi
 }
 
 void moe_dispatch_backward(const float* drows, const float* x, const float* scores,
-                           const float* perm, int64_t tokens, int64_t dim, int64_t top_k,
-                           float* dx, float* dscores) {
+                           const float* perm, int64_t tokens, int64_t dim, int64_t top_k, float* dx,
+                           float* dscores) {
   const std::vector<int64_t> row_of = slot_rows(perm, tokens * top_k);
 #pragma omp parallel for schedule(static) if (tokens * top_k * dim >= detail::kParallelMin)
   for (int64_t t = 0; t < tokens; ++t) {
@@ -159,8 +159,8 @@ void grouped_linear_forward(const float* rows, const float* offsets, const float
 }
 
 void grouped_linear_backward(const float* dout, const float* rows, const float* offsets,
-                             const float* w, int64_t experts, int64_t /*m*/, int64_t k,
-                             int64_t n, float* drows, float* dw) {
+                             const float* w, int64_t experts, int64_t /*m*/, int64_t k, int64_t n,
+                             float* drows, float* dw) {
   for (int64_t e = 0; e < experts; ++e) {
     const auto begin = static_cast<int64_t>(offsets[e]);
     const auto end = static_cast<int64_t>(offsets[e + 1]);
