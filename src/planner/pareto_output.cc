@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "planner/svg_text.h"
 
 namespace remat {
 
@@ -55,21 +56,6 @@ std::string to_json(const std::vector<BudgetChoice>& front, const std::vector<Pa
   return j.dump(2) + "\n";
 }
 
-std::string escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '<')
-      out += "&lt;";
-    else if (c == '>')
-      out += "&gt;";
-    else if (c == '&')
-      out += "&amp;";
-    else
-      out += c;
-  }
-  return out;
-}
-
 // A plain scatter/step chart: x = peak GiB, y = recompute % of model FLOPs.
 std::string to_svg(const std::vector<BudgetChoice>& front, const std::vector<ParetoMark>& marks,
                    int64_t budget, double model_flops, const std::string& title) {
@@ -95,7 +81,7 @@ std::string to_svg(const std::vector<BudgetChoice>& front, const std::vector<Par
   o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << w << "\" height=\"" << h
     << "\" font-family=\"sans-serif\" font-size=\"12\">\n"
     << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
-    << "<text x=\"" << left << "\" y=\"24\" font-size=\"15\">" << escape(title)
+    << "<text x=\"" << left << "\" y=\"24\" font-size=\"15\">" << svg_escape(title)
     << ": least recompute for each peak (remat memory_budget)</text>\n";
   // Axes with five ticks each.
   o << "<line x1=\"" << left << "\" y1=\"" << h - bottom << "\" x2=\"" << w - right << "\" y2=\""
@@ -131,7 +117,7 @@ std::string to_svg(const std::vector<BudgetChoice>& front, const std::vector<Par
     o << "<rect x=\"" << x - 4 << "\" y=\"" << y - 4
       << "\" width=\"8\" height=\"8\" fill=\"#d62728\"/>\n<text x=\"" << x + 7 << "\" y=\""
       << y - 6 - 12.0 * static_cast<double>(i % 2) << "\" fill=\"#d62728\">"
-      << escape(marks[i].name) << "</text>\n";
+      << svg_escape(marks[i].name) << "</text>\n";
   }
   if (budget > 0) {
     const double x = px(budget / kGiB);

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "io/files.h"
+#include "planner/svg_text.h"
 
 namespace remat {
 
@@ -76,21 +77,6 @@ std::string to_json(const std::vector<Timeline>& timelines, const Program& progr
   return j.dump(1) + "\n";
 }
 
-std::string escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '<')
-      out += "&lt;";
-    else if (c == '>')
-      out += "&gt;";
-    else if (c == '&')
-      out += "&amp;";
-    else
-      out += c;
-  }
-  return out;
-}
-
 // Where one panel goes: x per schedule step and y per byte, shared by all
 // panels so two modes compare at a glance.
 struct Frame {
@@ -157,9 +143,9 @@ double tick_step(double max_gib) {
 void draw_panel(std::ostringstream& o, const Timeline& t, const Program& program, const Frame& f) {
   const TimelineSample& peak = t.samples[t.peak_index];
   o << "<text x=\"" << f.left << "\" y=\"" << f.top - 24 << "\" font-size=\"13\">"
-    << escape(t.name + ": " + t.mode) << "</text>\n<text x=\"" << f.left << "\" y=\"" << f.top - 8
-    << "\">peak " << peak.peak.total() / kGiB << " GiB (" << peak.peak.total() << " bytes) during "
-    << escape(step_label(program, peak)) << "</text>\n";
+    << svg_escape(t.name + ": " + t.mode) << "</text>\n<text x=\"" << f.left << "\" y=\""
+    << f.top - 8 << "\">peak " << peak.peak.total() / kGiB << " GiB (" << peak.peak.total()
+    << " bytes) during " << svg_escape(step_label(program, peak)) << "</text>\n";
   const double step = tick_step(f.max_bytes / kGiB);
   for (double gib = 0; gib * kGiB <= f.max_bytes; gib += step) {
     o << "<line x1=\"" << f.left << "\" y1=\"" << f.y(gib * kGiB) << "\" x2=\"" << f.left + f.width
@@ -201,7 +187,7 @@ std::string to_svg(const std::vector<Timeline>& timelines, const Program& progra
   o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << left + width + 200 << "\" height=\""
     << height << "\" font-family=\"sans-serif\" font-size=\"12\">\n"
     << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n<text x=\"" << left
-    << "\" y=\"24\" font-size=\"15\">" << escape(title)
+    << "\" y=\"24\" font-size=\"15\">" << svg_escape(title)
     << ": bytes held over one training step (GiB; each step at its highest moment)</text>\n";
   for (size_t p = 0; p < timelines.size(); ++p) {
     const Frame f{left,  width, top + static_cast<double>(p) * (panel + gap),

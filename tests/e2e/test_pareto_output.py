@@ -1,0 +1,64 @@
+"""`remat plan --pareto FILE.svg|.csv|.json`: the same front in three files.
+
+Usage: test_pareto_output.py path/to/remat. Checks, on the debug model with
+a memory budget, that the JSON front falls in peak and rises in recompute,
+that every point is proven optimal, that the CSV holds the same points and
+fixed modes, that the SVG is well-formed XML naming every fixed mode, and
+that an unknown extension exits 2 without writing a file.
+"""
+import csv
+import json
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+REMAT = sys.argv[1]
+BASE = ["plan", "--config", "configs/llama3_debug.toml",
+        "--activation_checkpoint.mode", "memory_budget",
+        "--activation_checkpoint.memory_budget", "0.5"]
+
+
+def plan(out, check=True):
+    return subprocess.run([REMAT, *BASE, "--pareto", str(out)], capture_output=True, text=True,
+                          check=check)
+
+
+def main():
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        plan(tmp / "f.json")
+        data = json.loads((tmp / "f.json").read_text())
+        front = data["front"]
+        assert len(front) >= 3, front
+        for a, b in zip(front, front[1:]):
+            assert b["peak_bytes"] < a["peak_bytes"], (a, b)
+            assert b["recompute_flops"] >= a["recompute_flops"], (a, b)
+        assert all(p["lower_bound"] == p["recompute_flops"] for p in front), front
+        assert data["budget_bytes"] > 0, data["budget_bytes"]
+        names = [m["name"] for m in data["fixed_modes"]]
+        assert "none" in names and "full" in names, names
+        print(f"ok: json front of {len(front)} points, monotone, all optimal")
+
+        plan(tmp / "f.csv")
+        rows = list(csv.DictReader((tmp / "f.csv").open()))
+        front_rows = [r for r in rows if r["kind"] == "front"]
+        assert [int(r["peak_bytes"]) for r in front_rows] == [p["peak_bytes"] for p in front]
+        assert {r["name"] for r in rows if r["kind"] != "front"} >= set(names), rows
+        print("ok: csv holds the same front and the fixed modes")
+
+        plan(tmp / "f.svg")
+        root = ET.parse(tmp / "f.svg").getroot()
+        text = " ".join(t.text or "" for t in root.iter() if t.tag.endswith("text"))
+        for name in names:
+            assert name in text, (name, text[:400])
+        print("ok: svg is well-formed and labels every fixed mode")
+
+        bad = plan(tmp / "f.png", check=False)
+        assert bad.returncode == 2, (bad.returncode, bad.stderr)
+        assert not (tmp / "f.png").exists()
+        print("ok: --pareto f.png exits 2 and writes nothing")
+
+
+main()
