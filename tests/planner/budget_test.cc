@@ -192,7 +192,11 @@ TEST_P(BudgetBruteForce, MatchesOnThreeBlocks) {
 
 INSTANTIATE_TEST_SUITE_P(Search, BudgetBruteForce,
                          testing::Values(BudgetProblem::Search::kSuffixFirst,
-                                         BudgetProblem::Search::kForwardOnly));
+                                         BudgetProblem::Search::kForwardOnly),
+                         [](const testing::TestParamInfo<BudgetProblem::Search>& info) {
+                           return info.param == BudgetProblem::Search::kSuffixFirst ? "SuffixFirst"
+                                                                                    : "ForwardOnly";
+                         });
 
 // As the budget falls, the peak never rises and the recompute never falls,
 // and the replay of every answer has exactly the predicted peak.
