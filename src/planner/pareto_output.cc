@@ -24,50 +24,53 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 constexpr double kGiB = 1024.0 * 1024 * 1024;
 
 std::string to_csv(const std::vector<BudgetChoice>& front, const std::vector<ParetoMark>& marks,
-                   double model_flops) {
+                   const ParetoAxis& axis) {
   std::ostringstream out;
-  out << "kind,name,peak_bytes,recompute_flops,recompute_percent_of_model_flops,lower_bound\n";
+  out.precision(9);
+  out << "kind,name,peak_bytes,recompute,cost_unit,recompute_percent,lower_bound\n";
   for (const BudgetChoice& c : front) {
-    out << "front,budget," << c.peak << ',' << c.cost << ',' << 100 * c.cost / model_flops << ','
-        << c.lower_bound << '\n';
+    out << "front,budget," << c.peak << ',' << c.cost << ',' << axis.unit << ','
+        << 100 * c.cost / axis.whole << ',' << c.lower_bound << '\n';
   }
   for (const ParetoMark& m : marks) {
-    out << "fixed," << m.name << ',' << m.peak_bytes << ',' << m.recompute_flops << ','
-        << 100 * m.recompute_flops / model_flops << ",\n";
+    out << "fixed," << m.name << ',' << m.peak_bytes << ',' << m.recompute << ',' << axis.unit
+        << ',' << 100 * m.recompute / axis.whole << ",\n";
   }
   return out.str();
 }
 
 std::string to_json(const std::vector<BudgetChoice>& front, const std::vector<ParetoMark>& marks,
-                    int64_t budget, double model_flops) {
+                    int64_t budget, const ParetoAxis& axis) {
   nlohmann::json j;
-  j["model_flops"] = model_flops;
+  j["cost_unit"] = axis.unit;
+  j["percent_of"] = {{"name", axis.whole_name}, {axis.unit, axis.whole}};
   j["budget_bytes"] = budget;
   j["front"] = nlohmann::json::array();
   for (const BudgetChoice& c : front) {
     j["front"].push_back(
-        {{"peak_bytes", c.peak}, {"recompute_flops", c.cost}, {"lower_bound", c.lower_bound}});
+        {{"peak_bytes", c.peak}, {"recompute", c.cost}, {"lower_bound", c.lower_bound}});
   }
   j["fixed_modes"] = nlohmann::json::array();
   for (const ParetoMark& m : marks) {
     j["fixed_modes"].push_back(
-        {{"name", m.name}, {"peak_bytes", m.peak_bytes}, {"recompute_flops", m.recompute_flops}});
+        {{"name", m.name}, {"peak_bytes", m.peak_bytes}, {"recompute", m.recompute}});
   }
   return j.dump(2) + "\n";
 }
 
-// A plain scatter/step chart: x = peak GiB, y = recompute % of model FLOPs.
+// A plain scatter/step chart: x = peak GiB, y = recompute as a % of the
+// axis's whole.
 std::string to_svg(const std::vector<BudgetChoice>& front, const std::vector<ParetoMark>& marks,
-                   int64_t budget, double model_flops, const std::string& title) {
+                   int64_t budget, const ParetoAxis& axis, const std::string& title) {
   const double w = 760, h = 480, left = 70, right = 180, top = 40, bottom = 50;
   double x0 = 1e300, x1 = -1e300, y1 = 0;
   auto take = [&](double peak, double cost) {
     x0 = std::min(x0, peak / kGiB);
     x1 = std::max(x1, peak / kGiB);
-    y1 = std::max(y1, 100 * cost / model_flops);
+    y1 = std::max(y1, 100 * cost / axis.whole);
   };
   for (const BudgetChoice& c : front) take(static_cast<double>(c.peak), c.cost);
-  for (const ParetoMark& m : marks) take(static_cast<double>(m.peak_bytes), m.recompute_flops);
+  for (const ParetoMark& m : marks) take(static_cast<double>(m.peak_bytes), m.recompute);
   if (budget > 0) take(static_cast<double>(budget), 0);
   if (x1 <= x0) x1 = x0 + 1e-6;
   const double pad = (x1 - x0) * 0.05;
@@ -96,24 +99,24 @@ std::string to_svg(const std::vector<BudgetChoice>& front, const std::vector<Par
   o << "<text x=\"" << (left + w - right) / 2 << "\" y=\"" << h - 12
     << "\" text-anchor=\"middle\">peak memory per device (GiB)</text>\n"
     << "<text transform=\"translate(16," << (top + h - bottom) / 2
-    << ") rotate(-90)\" text-anchor=\"middle\">recompute (% of model FLOPs)</text>\n";
+    << ") rotate(-90)\" text-anchor=\"middle\">recompute (% of " << svg_escape(axis.whole_name)
+    << (axis.unit == "seconds" ? ", measured op times" : "") << ")</text>\n";
   // The front as a staircase: below a point's peak, the next point's cost.
   if (!front.empty()) {
     o << "<polyline fill=\"none\" stroke=\"#1f77b4\" stroke-width=\"2\" points=\"";
     for (size_t i = 0; i < front.size(); ++i) {
-      const double x = px(front[i].peak / kGiB), y = py(100 * front[i].cost / model_flops);
-      if (i > 0) o << x << ',' << py(100 * front[i - 1].cost / model_flops) << ' ';
+      const double x = px(front[i].peak / kGiB), y = py(100 * front[i].cost / axis.whole);
+      if (i > 0) o << x << ',' << py(100 * front[i - 1].cost / axis.whole) << ' ';
       o << x << ',' << y << ' ';
     }
     o << "\"/>\n";
     for (const BudgetChoice& c : front) {
-      o << "<circle cx=\"" << px(c.peak / kGiB) << "\" cy=\"" << py(100 * c.cost / model_flops)
+      o << "<circle cx=\"" << px(c.peak / kGiB) << "\" cy=\"" << py(100 * c.cost / axis.whole)
         << "\" r=\"2.5\" fill=\"#1f77b4\"/>\n";
     }
   }
   for (size_t i = 0; i < marks.size(); ++i) {
-    const double x = px(marks[i].peak_bytes / kGiB),
-                 y = py(100 * marks[i].recompute_flops / model_flops);
+    const double x = px(marks[i].peak_bytes / kGiB), y = py(100 * marks[i].recompute / axis.whole);
     o << "<rect x=\"" << x - 4 << "\" y=\"" << y - 4
       << "\" width=\"8\" height=\"8\" fill=\"#d62728\"/>\n<text x=\"" << x + 7 << "\" y=\""
       << y - 6 - 12.0 * static_cast<double>(i % 2) << "\" fill=\"#d62728\">"
@@ -149,16 +152,16 @@ void check_pareto_path(const std::string& path) {
 }
 
 void write_pareto(const std::string& path, const std::vector<BudgetChoice>& front,
-                  const std::vector<ParetoMark>& marks, int64_t budget, double model_flops,
+                  const std::vector<ParetoMark>& marks, int64_t budget, const ParetoAxis& axis,
                   const std::string& title) {
   check_pareto_path(path);
   std::string text;
   if (ends_with(path, ".csv")) {
-    text = to_csv(front, marks, model_flops);
+    text = to_csv(front, marks, axis);
   } else if (ends_with(path, ".json")) {
-    text = to_json(front, marks, budget, model_flops);
+    text = to_json(front, marks, budget, axis);
   } else {
-    text = to_svg(front, marks, budget, model_flops, title);
+    text = to_svg(front, marks, budget, axis, title);
   }
   const std::string tmp = path + ".tmp";
   {

@@ -12,7 +12,17 @@ namespace remat {
 struct ParetoMark {
   std::string name;  // a fixed mode, e.g. "op threshold 0"
   int64_t peak_bytes = 0;
-  double recompute_flops = 0;
+  double recompute = 0;  // in the axis's unit
+};
+
+// What the recompute axis counts: FLOPs under the default cost model, or
+// seconds under cost_model = "measured" (each op's calibrated time), and
+// the whole a point's share is taken of: the model's FLOPs per step, or the
+// predicted seconds of a step that recomputes nothing.
+struct ParetoAxis {
+  std::string unit;        // "flops" or "seconds"
+  double whole = 1;        // > 0
+  std::string whole_name;  // "model FLOPs", "a step without recompute"
 };
 
 // InputError unless the path ends in .svg, .csv or .json.
@@ -20,9 +30,10 @@ void check_pareto_path(const std::string& path);
 
 // Writes through a temporary file and a rename; refuses to replace anything
 // that is not a regular file. `budget` (0: none) is marked; recompute is
-// also shown as a share of `model_flops` (forward + backward per step).
+// also shown as a share of `axis.whole`. The front's costs are in the
+// axis's unit (the cost model the problem was built with).
 void write_pareto(const std::string& path, const std::vector<BudgetChoice>& front,
-                  const std::vector<ParetoMark>& marks, int64_t budget, double model_flops,
+                  const std::vector<ParetoMark>& marks, int64_t budget, const ParetoAxis& axis,
                   const std::string& title);
 
 }  // namespace remat

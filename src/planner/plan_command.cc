@@ -11,6 +11,7 @@
 #include "planner/budget_plan.h"
 #include "planner/explain.h"
 #include "planner/job_options.h"
+#include "planner/op_timing.h"
 #include "planner/pareto_output.h"
 #include "planner/setup.h"
 #include "planner/throughput.h"
@@ -191,8 +192,24 @@ struct PlanReport {
   bool measured = false;  // cost in seconds, not FLOPs
   std::vector<AtFixed> at_fixed;
   std::vector<BudgetChoice> front;  // with --pareto
+  std::vector<double> row_costs;    // each row's recompute under the cost model
+  ParetoAxis axis;                  // with --pareto
   double seconds = 0;
 };
+
+// The --pareto recompute axis: FLOPs as a share of the model's, or, under
+// the measured cost model, seconds as a share of the predicted step that
+// recomputes nothing (the op times are cached by now: no second calibration).
+ParetoAxis pareto_axis(const JobConfig& config, const Program& program, const Prediction& any) {
+  if (config.activation_checkpoint.cost_model != "measured") {
+    return {"flops", static_cast<double>(any.model_flops), "model FLOPs"};
+  }
+  const OpTimes times = load_or_measure_op_times(config, program);
+  AcOptions none;
+  none.mode = AcOptions::Mode::kNone;
+  return {"seconds", predicted_step_seconds(times, program, make_plan(program, none)),
+          "a step without recompute"};
+}
 
 PlanReport make_report(const JobConfig& config, const PlanCommandOptions& options) {
   const auto start = std::chrono::steady_clock::now();
@@ -215,32 +232,36 @@ PlanReport make_report(const JobConfig& config, const PlanCommandOptions& option
     r.chosen.name = "knapsack";
   }
   const std::vector<ModeRow> modes = predict_modes(program, r.configured, r.planner);
+  r.cost = cost_model_from_config(config, program, &r.cost_note);
+  r.measured = config.activation_checkpoint.cost_model == "measured";
   r.configured_row = modes.size();
   for (size_t i = 0; i < modes.size(); ++i) {
     r.rows.push_back(modes[i].prediction);
+    r.row_costs.push_back(recompute_cost(program, modes[i].plan, r.cost));
     if (modes[i].mode.configured) r.configured_row = i;
   }
   if (r.configured_row == modes.size()) {  // a mode none of the rows runs
     r.rows.insert(r.rows.begin(), r.chosen);
+    r.row_costs.insert(r.row_costs.begin(), recompute_cost(program, r.configured_plan, r.cost));
     r.configured_row = 0;
   }
-  r.cost = cost_model_from_config(config, program, &r.cost_note);
-  r.measured = config.activation_checkpoint.cost_model == "measured";
   const BudgetProblem problem = budget_problem(program, r.planner, r.cost);
   r.at_fixed = budget_at_fixed_modes(modes, program, r.planner, problem, r.cost);
-  if (!options.pareto_path.empty()) r.front = pareto_front(problem, options.pareto_points);
+  if (!options.pareto_path.empty()) {
+    r.front = pareto_front(problem, options.pareto_points);
+    r.axis = pareto_axis(config, program, r.rows.front());
+  }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return r;
 }
 
 void write_pareto_file(const PlanReport& r, const PlanCommandOptions& options) {
   std::vector<ParetoMark> marks;
-  for (const Prediction& p : r.rows) {
-    marks.push_back({p.name, p.peak_bytes, static_cast<double>(p.recompute_flops)});
+  for (size_t i = 0; i < r.rows.size(); ++i) {
+    marks.push_back({r.rows[i].name, r.rows[i].peak_bytes, r.row_costs[i]});
   }
-  const double model_flops = static_cast<double>(r.rows.front().model_flops);
-  write_pareto(options.pareto_path, r.front, marks, r.budget_mode ? r.budget.budget : 0,
-               model_flops, r.model.summary.family + " " + r.model.summary.flavor);
+  write_pareto(options.pareto_path, r.front, marks, r.budget_mode ? r.budget.budget : 0, r.axis,
+               r.model.summary.family + " " + r.model.summary.flavor);
 }
 
 void print_json(const PlanReport& r, const JobConfig& config, const PlanCommandOptions& options) {

@@ -4,7 +4,10 @@ Usage: test_pareto_output.py path/to/remat. Checks, on the debug model with
 a memory budget, that the JSON front falls in peak and rises in recompute,
 that every point is proven optimal, that the CSV holds the same points and
 fixed modes, that the SVG is well-formed XML naming every fixed mode, and
-that an unknown extension exits 2 without writing a file.
+that an unknown extension exits 2 without writing a file. Under the
+measured cost model the same front is in seconds, as a share of the
+predicted step without recompute, and the fixed modes are priced in seconds
+too: none at 0, full dearest.
 """
 import csv
 import json
@@ -20,9 +23,19 @@ BASE = ["plan", "--config", "configs/llama3_debug.toml",
         "--activation_checkpoint.memory_budget", "0.5"]
 
 
-def plan(out, check=True):
-    return subprocess.run([REMAT, *BASE, "--pareto", str(out)], capture_output=True, text=True,
-                          check=check)
+def plan(out, check=True, extra=()):
+    return subprocess.run([REMAT, *BASE, *extra, "--pareto", str(out)], capture_output=True,
+                          text=True, check=check)
+
+
+def check_front(data):
+    front = data["front"]
+    assert len(front) >= 3, front
+    for a, b in zip(front, front[1:]):
+        assert b["peak_bytes"] < a["peak_bytes"], (a, b)
+        assert b["recompute"] >= a["recompute"], (a, b)
+    assert all(p["lower_bound"] == p["recompute"] for p in front), front
+    return front
 
 
 def main():
@@ -30,12 +43,8 @@ def main():
         tmp = Path(tmp)
         plan(tmp / "f.json")
         data = json.loads((tmp / "f.json").read_text())
-        front = data["front"]
-        assert len(front) >= 3, front
-        for a, b in zip(front, front[1:]):
-            assert b["peak_bytes"] < a["peak_bytes"], (a, b)
-            assert b["recompute_flops"] >= a["recompute_flops"], (a, b)
-        assert all(p["lower_bound"] == p["recompute_flops"] for p in front), front
+        front = check_front(data)
+        assert data["cost_unit"] == "flops", data["cost_unit"]
         assert data["budget_bytes"] > 0, data["budget_bytes"]
         names = [m["name"] for m in data["fixed_modes"]]
         assert "none" in names and "full" in names, names
@@ -54,6 +63,17 @@ def main():
         for name in names:
             assert name in text, (name, text[:400])
         print("ok: svg is well-formed and labels every fixed mode")
+
+        plan(tmp / "s.json", extra=["--activation_checkpoint.cost_model", "measured",
+                                    "--activation_checkpoint.cost_cache", str(tmp / "t.json")])
+        data = json.loads((tmp / "s.json").read_text())
+        check_front(data)
+        assert data["cost_unit"] == "seconds" and data["percent_of"]["seconds"] > 0, data
+        fixed = {m["name"]: m["recompute"] for m in data["fixed_modes"]}
+        assert fixed["none"] == 0 and fixed["full"] == max(fixed.values()) > 0, fixed
+        # A full recompute re-runs a forward pass: less than the whole step.
+        assert fixed["full"] < data["percent_of"]["seconds"], (fixed, data["percent_of"])
+        print("ok: measured cost model: front and fixed modes in seconds")
 
         bad = plan(tmp / "f.png", check=False)
         assert bad.returncode == 2, (bad.returncode, bad.stderr)
