@@ -53,8 +53,6 @@ struct ForeignKey {
 // torchtitan's order.
 constexpr ForeignKey kTorchtitanOnly[] = {
     {"job", "use_for_integration_test", 'b', "not built", "false"},
-    {"profiling", "save_traces_folder", 's', "not built", ""},
-    {"profiling", "profile_freq", 'i', "not built", ""},
     {"profiling", "enable_memory_snapshot", 'b', "not built", "false"},
     {"profiling", "save_memory_snapshot_folder", 's', "not built", ""},
     {"metrics", "enable_tensorboard", 'b', "not built", "false"},
@@ -155,6 +153,8 @@ std::vector<Field> fields_of(JobConfig& c) {
       REMAT_FIELD(parallelism, data_parallel_shard_degree),
       REMAT_FIELD(memory, limit),
       REMAT_FIELD(profiling, enable_profiling),
+      REMAT_FIELD(profiling, save_traces_folder),
+      REMAT_FIELD(profiling, profile_freq),
   };
 }
 #undef REMAT_FIELD
@@ -872,6 +872,7 @@ void validate_other_sections(const JobConfig& c, Validator& v) {
   v.require(c.checkpoint.interval > 0, "checkpoint.interval", "an integer > 0");
   v.require(!c.checkpoint.folder.empty(), "checkpoint.folder", "a folder name");
   v.require(c.validation.freq > 0, "validation.freq", "an integer > 0");
+  v.require(c.profiling.profile_freq > 0, "profiling.profile_freq", "an integer > 0");
   v.require(c.validation.steps == -1 || c.validation.steps >= 1, "validation.steps",
             "an integer >= 1, or -1 (the whole file)");
   v.require(c.parallelism.data_parallel_shard_degree >= 1 ||

@@ -118,7 +118,12 @@ struct JobConfig {
     int64_t data_parallel_shard_degree = 1;
   } parallelism;
   struct Profiling {
-    bool enable_profiling = false;  // the per-op time profile at the end of train
+    // The per-op time profile at the end of train, and every profile_freq
+    // steps a Chrome/Perfetto trace of that step under
+    // dump_folder/save_traces_folder/iteration_N/ (torchtitan's layout).
+    bool enable_profiling = false;
+    std::string save_traces_folder = "profile_traces";
+    int64_t profile_freq = 10;
   } profiling;
   struct Memory {
     std::string limit;  // e.g. "16GiB"; "" : physical RAM

@@ -33,12 +33,14 @@ double Executor::run(const Batch& batch) {
   counts_ = ExecutionCounts{};
   loss_ = 0;
   release_values();  // the previous step's loss
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point run_start = Clock::now();
   for (const Step& step : schedule_.steps) {
     const Node& node = program_.nodes[step.node];
     label_ = std::string(to_string(step.kind)) + " " + node.fqn;
     allocator_->set_label(label_);
     if (observer_) observer_(step);
-    const auto start = std::chrono::steady_clock::now();
+    const Clock::time_point start = Clock::now();
     switch (step.kind) {
       case Step::Kind::kForward:
         forward(node, step.node, false, batch);
@@ -51,20 +53,26 @@ double Executor::run(const Batch& batch) {
         break;
     }
     for (ValueId v : step.free_after) values_[v].reset();
-    if (profiling_ && step.kind != Step::Kind::kRecompute) {
-      auto& by_node = step.kind == Step::Kind::kForward ? counts_.forward_seconds_by_node
-                                                        : counts_.backward_seconds_by_node;
-      by_node.resize(program_.nodes.size());
-      by_node[step.node] =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    }
-    if (profiling_) {
-      counts_.seconds_by_op[std::string(to_string(step.kind)) + " " + op_info(node.kind).name] +=
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    }
+    if (profiling_) record_time(step, run_start, start);
   }
   allocator_->set_label({});
   return loss_;
+}
+
+void Executor::record_time(const Step& step, std::chrono::steady_clock::time_point run_start,
+                           std::chrono::steady_clock::time_point start) {
+  using Seconds = std::chrono::duration<double>;
+  const double seconds = Seconds(std::chrono::steady_clock::now() - start).count();
+  if (step.kind != Step::Kind::kRecompute) {
+    auto& by_node = step.kind == Step::Kind::kForward ? counts_.forward_seconds_by_node
+                                                      : counts_.backward_seconds_by_node;
+    by_node.resize(program_.nodes.size());
+    by_node[step.node] = seconds;
+  }
+  const Node& node = program_.nodes[step.node];
+  counts_.seconds_by_op[std::string(to_string(step.kind)) + " " + op_info(node.kind).name] +=
+      seconds;
+  counts_.step_times.push_back({Seconds(start - run_start).count(), seconds});
 }
 
 void Executor::forward(const Node& node, int32_t index, bool recompute, const Batch& batch) {

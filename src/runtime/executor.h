@@ -8,6 +8,7 @@
 // allocator's books are exactly those of a real run. The planner uses that.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -37,6 +38,12 @@ struct ExecutionCounts {
   // measured cost model times ops with it).
   std::vector<double> forward_seconds_by_node;
   std::vector<double> backward_seconds_by_node;
+  // Every step's start (seconds from the start of run()) and duration, in
+  // schedule order, filled when profiling is on: the profile trace's events.
+  struct StepTime {
+    double start = 0, seconds = 0;
+  };
+  std::vector<StepTime> step_times;
   int64_t executed_flops() const { return forward_flops + recompute_flops + backward_flops; }
 };
 
@@ -65,6 +72,8 @@ class Executor {
   bool dry_run() const { return allocator_->counting_only(); }
 
  private:
+  void record_time(const Step& step, std::chrono::steady_clock::time_point run_start,
+                   std::chrono::steady_clock::time_point start);
   void forward(const Node& node, int32_t index, bool recompute, const Batch& batch);
   void backward(const Node& node, const Batch& batch);
   Tensor& grad_of(ValueId v);

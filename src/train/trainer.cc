@@ -30,6 +30,7 @@
 #include "train/metrics.h"
 #include "train/numerics.h"
 #include "train/optimizer.h"
+#include "train/profile_trace.h"
 #include "train/session.h"
 #include "train/stop_signal.h"
 #include "train/validation.h"
@@ -57,6 +58,13 @@ void check_output_places(const JobConfig& config, bool writes_checkpoints) {
   if (writes_checkpoints) {
     check_output_folder(config.job.dump_folder, "job.dump_folder");
     check_output_folder(checkpoint_folder(config), "checkpoint.folder");
+  }
+  if (config.profiling.enable_profiling) {
+    check_output_folder(config.job.dump_folder, "job.dump_folder");
+    check_output_folder(
+        (std::filesystem::path(config.job.dump_folder) / config.profiling.save_traces_folder)
+            .string(),
+        "profiling.save_traces_folder");
   }
 }
 
@@ -313,6 +321,11 @@ bool Trainer::train_step(int64_t step) {
   state.zero_gradients();
   session_.allocator.reset_peak();
   const double loss = session_.executor.run(Batch{inputs_.data(), targets_.data()});
+  if (profile_ && step % config_.profiling.profile_freq == 0) {
+    write_profile_trace(
+        profile_trace_path(config_.job.dump_folder, config_.profiling.save_traces_folder, step),
+        setup_.program(), session_.executor, step);
+  }
   const double grad_norm = clip_grad_norm(state, config_.training.max_norm);
   // Checked before the optimizer, so the weights stay those of the last
   // good step and no NaN reaches a checkpoint.

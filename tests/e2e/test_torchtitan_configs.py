@@ -70,7 +70,8 @@ def check_ignored_once(name, run, expected, honored):
 
 
 def check_debug_trains(tmp):
-    for name, honored in [("llama3_debug", ["training.compile", "checkpoint.async_mode"]),
+    for name, honored in [("llama3_debug", ["training.compile", "checkpoint.async_mode",
+                                            "profiling.save_traces_folder"]),
                           ("llama4_debug", ["parallelism.tensor_parallel_degree"])]:
         run = remat("train", "--config", str(CONFIGS / f"{name}.toml"), *QUICK,
                     "--job.dump_folder", f"{tmp}/{name}", cwd=tmp)
@@ -83,7 +84,7 @@ def check_debug_trains(tmp):
               f"{name}: memory in GiB, as torchtitan prints it ({memory})")
         check("\033[" not in run.stdout, f"{name}: no colour when piped")
         check_ignored_once(name, run, ["job.use_for_integration_test (not built)",
-                                       "profiling.save_traces_folder (not built)",
+                                       "metrics.save_tb_folder (not built)",
                                        "float8.filter_fqns (GPU-only)"], honored)
 
 

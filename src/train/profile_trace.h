@@ -1,0 +1,24 @@
+// A Chrome / Perfetto trace of one training step (chrome://tracing or
+// ui.perfetto.dev opens it): one complete event per schedule step, named by
+// the node's FQN, its category the phase (forward, recompute, backward), so
+// the recompute a plan costs is visible where it happens in the step.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "runtime/executor.h"
+
+namespace remat {
+
+// Where torchtitan puts the trace of `step`:
+// dump_folder/save_traces_folder/iteration_<step>/rank0_trace.json.
+std::string profile_trace_path(const std::string& dump_folder, const std::string& traces_folder,
+                               int64_t step);
+
+// Writes the trace of the executor's last run (profiling must have been on)
+// through a temporary file and a rename, creating the folders.
+void write_profile_trace(const std::string& path, const Program& program, const Executor& executor,
+                         int64_t step);
+
+}  // namespace remat
