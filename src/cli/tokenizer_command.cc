@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "io/files.h"
 #include "io/sentencepiece.h"
+#include "io/tokenizer.h"
 
 namespace remat {
 namespace {
@@ -14,7 +15,7 @@ namespace {
 constexpr const char* kTokenizerUsage =
     "usage: remat tokenizer train --input FILE --vocab_size N --output FILE.model "
     "[--model_type bpe|unigram]\n"
-    "       remat tokenizer encode --model FILE.model --input FILE\n";
+    "       remat tokenizer encode --model FILE.model|tokenizer.json --input FILE\n";
 
 // --flag value or --flag=value, each flag one of `known` and given once.
 std::map<std::string, std::string> parse_flags(const std::vector<std::string>& args,
@@ -79,14 +80,14 @@ int train(const std::vector<std::string>& args) {
 // Each line of the input (split at '\n') encoded alone, its ids on one line.
 int encode(const std::vector<std::string>& args) {
   const auto flags = parse_flags(args, {"model", "input"});
-  const SentencePieceTokenizer tokenizer(required(flags, "encode", "model"), "--model");
+  const auto tokenizer = open_tokenizer_file(required(flags, "encode", "model"), "--model");
   const std::string& input = required(flags, "encode", "input");
   std::istringstream lines(
       read_regular_file(input, "tokenizer encode --input", "a text file", int64_t{1} << 30));
   std::string line, out;
   while (std::getline(lines, line)) {
     out.clear();
-    for (int32_t id : tokenizer.encode(line)) {
+    for (int32_t id : tokenizer->encode(line)) {
       if (!out.empty()) out += ' ';
       out += std::to_string(id);
     }

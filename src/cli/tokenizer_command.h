@@ -1,8 +1,9 @@
-// `remat tokenizer <train|encode> ...`: SentencePiece tokenizers without a
-// job config.
+// `remat tokenizer <train|encode> ...`: tokenizers without a job config.
 //   train  --input FILE --vocab_size N --output FILE.model [--model_type bpe|unigram]
-//   encode --model FILE.model --input FILE: one line of ids per input line,
-//          the hook the python3-sentencepiece oracle test compares.
+//          (SentencePiece)
+//   encode --model FILE.model|tokenizer.json --input FILE: one line of ids per
+//          input line, the hook the oracle tests (python3-sentencepiece, and
+//          tests/io/test_hf_tokenizer.py's own byte-level BPE) compare.
 #pragma once
 
 #include <string>

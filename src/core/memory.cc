@@ -75,18 +75,21 @@ void* Allocator::allocate(int64_t bytes, MemoryCategory category) {
   void* pointer = storage_ && bytes > 0 ? storage_->allocate(bytes) : nullptr;
   current_.bytes[static_cast<int>(category)] += booked(bytes, category);
   update_peak();
+  if (listener_) listener_(current_);
   return pointer;
 }
 
 void Allocator::release(void* pointer, int64_t bytes, MemoryCategory category) {
   if (pointer != nullptr) storage_->release(pointer, bytes);
   current_.bytes[static_cast<int>(category)] -= booked(bytes, category);
+  if (listener_) listener_(current_);
 }
 
 void Allocator::recategorize(int64_t bytes, MemoryCategory from, MemoryCategory to) {
   current_.bytes[static_cast<int>(from)] -= booked(bytes, from);
   current_.bytes[static_cast<int>(to)] += booked(bytes, to);
   update_peak();
+  if (listener_) listener_(current_);
 }
 
 void Allocator::update_peak() {

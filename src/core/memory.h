@@ -20,6 +20,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -109,6 +110,12 @@ class Allocator {
   const std::string& peak_label() const { return peak_label_; }
   void set_label(std::string label) { label_ = std::move(label); }
   void reset_peak();
+  // Called with current() after every change of the books (allocate,
+  // release, recategorize) while set; an empty function removes it. The
+  // measured memory timeline of `remat train` follows a step through it.
+  void set_listener(std::function<void(const MemorySnapshot&)> listener) {
+    listener_ = std::move(listener);
+  }
   // Live bytes plus what the storage holds beyond them (its cache).
   int64_t reserved() const;
 
@@ -123,6 +130,7 @@ class Allocator {
   std::array<double, kNumMemoryCategories> scale_{1, 1, 1, 1, 1};
   std::string label_;
   std::string peak_label_;
+  std::function<void(const MemorySnapshot&)> listener_;
 };
 
 }  // namespace remat

@@ -53,8 +53,6 @@ struct ForeignKey {
 // torchtitan's order.
 constexpr ForeignKey kTorchtitanOnly[] = {
     {"job", "use_for_integration_test", 'b', "not built", "false"},
-    {"profiling", "enable_memory_snapshot", 'b', "not built", "false"},
-    {"profiling", "save_memory_snapshot_folder", 's', "not built", ""},
     {"metrics", "enable_tensorboard", 'b', "not built", "false"},
     {"metrics", "save_tb_folder", 's', "not built", ""},
     {"metrics", "enable_wandb", 'b', "not built", "false"},
@@ -155,6 +153,8 @@ std::vector<Field> fields_of(JobConfig& c) {
       REMAT_FIELD(profiling, enable_profiling),
       REMAT_FIELD(profiling, save_traces_folder),
       REMAT_FIELD(profiling, profile_freq),
+      REMAT_FIELD(profiling, enable_memory_snapshot),
+      REMAT_FIELD(profiling, save_memory_snapshot_folder),
   };
 }
 #undef REMAT_FIELD

@@ -36,7 +36,7 @@ struct JobConfig {
     std::string flavor = "debugmodel";
     int64_t vocab_size = 0;          // 0: the tokenizer's, else the flavor's
     std::string tokenizer = "byte";  // "byte" or a tokenizer file
-    std::string tokenizer_path;      // torchtitan's key: a SentencePiece .model
+    std::string tokenizer_path;      // torchtitan's key: a .model or tokenizer.json
     // Architecture overrides on top of the flavor (0 / negative: flavor's).
     // Used for test models and the benchmark's wider model.
     int64_t dim = 0;
@@ -124,6 +124,10 @@ struct JobConfig {
     bool enable_profiling = false;
     std::string save_traces_folder = "profile_traces";
     int64_t profile_freq = 10;
+    // The memory timeline of a run's first step, measured (train/memory_snapshot.h),
+    // written under job.dump_folder / save_memory_snapshot_folder.
+    bool enable_memory_snapshot = false;
+    std::string save_memory_snapshot_folder = "memory_snapshot";
   } profiling;
   struct Memory {
     std::string limit;  // e.g. "16GiB"; "" : physical RAM

@@ -13,6 +13,7 @@
 #include <stdexcept>
 
 #include "core/error.h"
+#include "core/progress.h"
 #include "io/files.h"
 #include "io/npy.h"
 #include "io/tokenizer.h"
@@ -62,7 +63,10 @@ int64_t append_jsonl(const std::string& path, const std::string& content,
   int64_t documents = 0;
   std::istringstream lines(content);
   std::string line;
+  Progress progress("reading " + path, static_cast<int64_t>(content.size()), ProgressUnit::kBytes);
   for (int64_t number = 1; std::getline(lines, line); ++number) {
+    progress.update(lines.eof() ? static_cast<int64_t>(content.size())
+                                : static_cast<int64_t>(lines.tellg()));
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.find_first_not_of(" \t") == std::string::npos) continue;
     const std::string where = "dataset error: '" + path + "' line " + std::to_string(number);
@@ -156,8 +160,12 @@ TokenDataset load_fortunes(const std::string& dir, int64_t vocab_size,
 
   TokenDataset data;
   int64_t quotes = 0;
-  for (const auto& file : files)
-    quotes += append_fortunes(read_text_file(file), *text_tokenizer, data.tokens);
+  Progress progress("reading the fortunes in " + dir + " (files)",
+                    static_cast<int64_t>(files.size()), ProgressUnit::kItems);
+  for (size_t i = 0; i < files.size(); ++i) {
+    quotes += append_fortunes(read_text_file(files[i]), *text_tokenizer, data.tokens);
+    progress.update(static_cast<int64_t>(i + 1));
+  }
   if (data.tokens.empty())
     throw InputError("dataset error: no fortune files found in " + dir +
                      "; reinstall the Debian package `fortunes`");

@@ -29,8 +29,8 @@ struct TokenDataset {
 // built-in dataset named by training.dataset ("fortunes"). Every id is
 // < vocab_size. Throws InputError for an unknown dataset name, an unreadable
 // or malformed file, an id >= vocab_size, or a tokenizer (model.tokenizer:
-// "byte" or a .model file) that cannot be loaded or whose vocabulary is not
-// vocab_size.
+// "byte", a .model or a tokenizer.json file) that cannot be loaded or whose
+// vocabulary is not vocab_size.
 TokenDataset load_training_tokens(const JobConfig& cfg, int64_t vocab_size);
 
 // One file, by extension: ".npy" token ids, ".jsonl" one JSON object with a

@@ -15,6 +15,7 @@
 #include "core/checksum.h"
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/progress.h"
 #include "io/files.h"
 
 namespace remat {
@@ -110,8 +111,11 @@ void save_safetensors(const std::string& path, const std::vector<SafetensorsEntr
   AtomicFile out(path, key, /*make_folders=*/true);
   out.write(len_bytes, 8);
   out.write(text.data(), static_cast<int64_t>(text.size()));
+  Progress progress("saving " + path, static_cast<int64_t>(offset), ProgressUnit::kBytes);
+  uint64_t written = 0;
   for (size_t i = 0; i < tensors.size(); ++i) {
     if (sizes[i] > 0) out.write(tensors[i].data, static_cast<int64_t>(sizes[i]));
+    progress.update(static_cast<int64_t>(written += sizes[i]));
   }
   out.commit();
 }

@@ -1,6 +1,7 @@
 #include "io/tokenizer.h"
 
 #include "core/error.h"
+#include "io/hf_tokenizer.h"
 #include "io/sentencepiece.h"
 
 namespace remat {
@@ -37,9 +38,14 @@ std::string ByteTokenizer::decode(std::span<const int32_t> ids) const {
   return text;
 }
 
+std::unique_ptr<Tokenizer> open_tokenizer_file(const std::string& path, const std::string& key) {
+  if (path.ends_with(".json")) return std::make_unique<HfBpeTokenizer>(path, key);
+  return std::make_unique<SentencePieceTokenizer>(path, key);
+}
+
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& tokenizer, int64_t vocab_size) {
   if (tokenizer == "byte") return std::make_unique<ByteTokenizer>(vocab_size);
-  auto file = std::make_unique<SentencePieceTokenizer>(tokenizer, "model.tokenizer");
+  auto file = open_tokenizer_file(tokenizer, "model.tokenizer");
   if (file->vocab_size() != vocab_size)
     throw InputError("model.tokenizer = \"" + tokenizer + "\" has " +
                      std::to_string(file->vocab_size()) + " tokens, but model.vocab_size = " +
@@ -57,7 +63,7 @@ void resolve_tokenizer(JobConfig& config) {
   }
   if (m.tokenizer == "byte") return;
   const std::string key = m.tokenizer_path.empty() ? "model.tokenizer" : "model.tokenizer_path";
-  const int64_t size = SentencePieceTokenizer(m.tokenizer, key).vocab_size();
+  const int64_t size = open_tokenizer_file(m.tokenizer, key)->vocab_size();
   if (m.vocab_size != 0 && m.vocab_size != size)
     throw InputError("model.vocab_size = " + std::to_string(m.vocab_size) + " differs from the " +
                      std::to_string(size) + " tokens of " + key + " = \"" + m.tokenizer +

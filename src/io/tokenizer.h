@@ -3,8 +3,9 @@
 // The byte-level tokenizer is the default: token ids 0..255 are the bytes of
 // UTF-8 text, 256 marks the beginning of a document (BOS) and 257 its end
 // (EOS). It needs no vocabulary file, so any text trains a model of
-// vocab_size >= 258. A SentencePiece .model file (io/sentencepiece.h) is the
-// other kind; the job chooses with model.tokenizer_path (or model.tokenizer).
+// vocab_size >= 258. A SentencePiece .model file (io/sentencepiece.h) and a
+// Hugging Face byte-level BPE tokenizer.json (io/hf_tokenizer.h) are the
+// other kinds; the job chooses with model.tokenizer_path (or model.tokenizer).
 #pragma once
 
 #include <cstdint>
@@ -55,8 +56,13 @@ class ByteTokenizer final : public Tokenizer {
   int64_t vocab_size_;
 };
 
+// A tokenizer file by its name: a path ending in .json is a Hugging Face
+// tokenizer.json, any other a SentencePiece .model. InputError (naming `key`)
+// for a missing or invalid file.
+std::unique_ptr<Tokenizer> open_tokenizer_file(const std::string& path, const std::string& key);
+
 // `tokenizer` is "byte" (the byte tokenizer for a model of `vocab_size`) or
-// the path of a SentencePiece .model file, whose own vocabulary must then be
+// the path of a tokenizer file (open_tokenizer_file), whose own vocabulary must then be
 // exactly `vocab_size`. InputError for a missing or invalid file or a
 // mismatched size; messages name model.tokenizer.
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& tokenizer, int64_t vocab_size);

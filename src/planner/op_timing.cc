@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/format.h"
 #include "core/host_memory.h"
+#include "core/progress.h"
 #include "io/files.h"
 #include "kernels/cpu/kernels.h"
 #include "models/registry.h"
@@ -163,7 +164,9 @@ std::map<std::string, double> calibrate(const JobConfig& config, const Program& 
   executor.set_profiling(true);
   const size_t n_nodes = small.nodes.size();
   std::map<std::string, std::vector<double>> samples;
+  Progress progress("calibrating op times (passes)", kTimedPasses + 1, ProgressUnit::kItems);
   for (int pass = 0; pass <= kTimedPasses; ++pass) {
+    progress.update(pass);
     const auto step_start = std::chrono::steady_clock::now();
     state.zero_gradients();
     executor.run(Batch{inputs.data(), targets.data()});

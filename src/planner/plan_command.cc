@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "ac/report.h"
 #include "core/error.h"
@@ -194,6 +195,11 @@ struct PlanReport {
   std::vector<BudgetChoice> front;  // with --pareto
   std::vector<double> row_costs;    // each row's recompute under the cost model
   ParetoAxis axis;                  // with --pareto
+  // With validation.enabled, on the CPU engine (what `remat train` prints):
+  // the forward-only pass at batch 1 with the inference plan, on top of the
+  // training state, and the training step beside it.
+  std::optional<Prediction> validation;
+  int64_t cpu_training_peak = 0;
   double seconds = 0;
 };
 
@@ -251,6 +257,11 @@ PlanReport make_report(const JobConfig& config, const PlanCommandOptions& option
     r.front = pareto_front(problem, options.pareto_points);
     r.axis = pareto_axis(config, program, r.rows.front());
   }
+  if (config.validation.enabled) {
+    const Setup forward = make_setup(config, /*batch=*/1, Pass::kForwardOnly);
+    r.validation = predict_validation(forward.program(), forward.ac.plan);
+    r.cpu_training_peak = predict(program, r.configured_plan, PlannerOptions{}).peak_bytes;
+  }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return r;
 }
@@ -305,6 +316,13 @@ void print_json(const PlanReport& r, const JobConfig& config, const PlanCommandO
   }
   j["modes"] = nlohmann::json::array();
   for (const Prediction& p : r.rows) j["modes"].push_back(to_json(p));
+  if (r.validation) {
+    j["validation"] = {{"freq", config.validation.freq},
+                       {"local_batch_size", 1},
+                       {"mode", r.validation->mode},
+                       {"peak_bytes", r.validation->peak_bytes},
+                       {"training_peak_bytes", r.cpu_training_peak}};
+  }
   if (options.matmuls) {
     j["matmul_table"] = format_matmul_table(r.model.program, r.configured_plan, true);
   }
@@ -327,6 +345,15 @@ void print_text(const PlanReport& r, const JobConfig& config, const PlanCommandO
   std::printf("  memory at the peak moment, per device (GiB); * = the configured mode\n");
   std::fputs(format_table(r.rows, r.configured_row).c_str(), stdout);
   std::printf("  configured: %s\n", r.chosen.mode.c_str());
+  if (r.validation) {
+    std::printf(
+        "  validation every %lld steps (forward only, batch 1, %s): peak %s (%lld bytes) on the "
+        "CPU engine, training step %s (%lld bytes)\n",
+        static_cast<long long>(config.validation.freq), r.validation->mode.c_str(),
+        format_bytes(r.validation->peak_bytes).c_str(),
+        static_cast<long long>(r.validation->peak_bytes), format_bytes(r.cpu_training_peak).c_str(),
+        static_cast<long long>(r.cpu_training_peak));
+  }
   const char* unit = r.measured ? "s" : "FLOPs";
   print_budget_report(r.budget_mode ? &r.budget : nullptr, r.at_fixed, r.cost_note, unit);
   if (!options.pareto_path.empty()) {

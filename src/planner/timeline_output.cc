@@ -4,6 +4,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <stdexcept>
 
 #include "core/error.h"
 #include "io/files.h"
@@ -26,13 +27,17 @@ struct Timeline {
   size_t peak_index = 0;  // the first sample reaching the step's peak
 };
 
-Timeline make_timeline(const Program& program, const Plan& plan, const PlannerOptions& planner,
-                       const std::string& name) {
-  Timeline t{name, plan.description, replay_timeline(program, plan, planner), 0};
+Timeline make_timeline(TimelineSeries series) {
+  Timeline t{std::move(series.name), std::move(series.mode), std::move(series.samples), 0};
   for (size_t i = 0; i < t.samples.size(); ++i) {
     if (t.samples[i].peak.total() > t.samples[t.peak_index].peak.total()) t.peak_index = i;
   }
   return t;
+}
+
+TimelineSeries planned(const Program& program, const Plan& plan, const PlannerOptions& planner,
+                       const std::string& name) {
+  return {name, plan.description, replay_timeline(program, plan, planner)};
 }
 
 std::string step_label(const Program& program, const TimelineSample& s) {
@@ -201,8 +206,8 @@ std::string to_svg(const std::vector<Timeline>& timelines, const Program& progra
   return o.str();
 }
 
-void write_text(const std::string& path, const std::string& text) {
-  AtomicFile file(path, kFlag);
+void write_text(const std::string& path, const std::string& text, const std::string& key) {
+  AtomicFile file(path, key);
   file.write(text.data(), static_cast<int64_t>(text.size()));
   file.commit();
 }
@@ -218,24 +223,33 @@ void check_timeline_path(const std::string& path) {
   check_output_file(json_path_of(path), kFlag);
 }
 
+void write_timeline_files(const std::string& path, const std::vector<TimelineSeries>& series,
+                          const Program& program, const std::string& title,
+                          const std::string& key) {
+  std::vector<Timeline> timelines;
+  for (const TimelineSeries& one : series) {
+    if (one.samples.empty()) throw std::logic_error("a memory timeline without samples");
+    timelines.push_back(make_timeline(one));
+  }
+  if (path.ends_with(".svg")) write_text(path, to_svg(timelines, program, title), key);
+  write_text(json_path_of(path), to_json(timelines, program, title), key);
+}
+
 void write_timelines(const std::string& path, const std::string& compare, const Program& program,
                      const Plan& configured_plan, const AcOptions& configured,
                      const PlannerOptions& planner, const std::string& title) {
-  std::vector<Timeline> timelines = {
-      make_timeline(program, configured_plan, planner, "configured")};
+  std::vector<TimelineSeries> series = {planned(program, configured_plan, planner, "configured")};
   if (!compare.empty()) {
     std::string names;
     for (const NamedMode& mode : comparison_modes(configured)) {
       if (mode.name == compare)
-        timelines.push_back(
-            make_timeline(program, make_plan(program, mode.options), planner, mode.name));
+        series.push_back(planned(program, make_plan(program, mode.options), planner, mode.name));
       names += (names.empty() ? "" : ", ") + mode.name;
     }
-    if (timelines.size() == 1)
+    if (series.size() == 1)
       throw InputError("--timeline-compare " + compare + ": unknown mode (known: " + names + ")");
   }
-  if (path.ends_with(".svg")) write_text(path, to_svg(timelines, program, title));
-  write_text(json_path_of(path), to_json(timelines, program, title));
+  write_timeline_files(path, series, program, title, kFlag);
 }
 
 }  // namespace remat

@@ -4,7 +4,9 @@
 #include <map>
 #include <stdexcept>
 
+#include "core/dtype.h"
 #include "core/error.h"
+#include "core/progress.h"
 #include "io/safetensors.h"
 #include "train/numerics.h"
 
@@ -99,20 +101,26 @@ RunRecord RunRecord::read(const SafetensorsReader& reader) {
 int64_t load_checkpoint(const std::string& path, ModelState& state, bool with_optimizer) {
   SafetensorsReader reader = SafetensorsReader::open(path);
   const auto& params = state.program->params;
+  const bool moments = with_optimizer && reader.has(kExpAvg + params[0].fqn);
+  int64_t total = 0, done = 0;
+  for (const Param& p : params) total += bytes_of(numel(p.shape), DType::kF32) * (moments ? 3 : 1);
+  Progress progress("loading " + path, total, ProgressUnit::kBytes);
+  auto read = [&](const std::string& name, const Shape& shape, Tensor& t) {
+    read_tensor(reader, name, shape, t, *state.backend);
+    progress.update(done += bytes_of(numel(shape), DType::kF32));
+  };
   for (size_t i = 0; i < params.size(); ++i) {
     if (!reader.has(params[i].fqn)) {
       throw InputError("checkpoint error: '" + path + "' has no tensor '" + params[i].fqn +
                        "' (expected the weights of this model: check model.flavor and sizes)");
     }
-    read_tensor(reader, params[i].fqn, params[i].shape, state.params[i], *state.backend);
+    read(params[i].fqn, params[i].shape, state.params[i]);
   }
-  if (with_optimizer && reader.has(kExpAvg + params[0].fqn)) {
+  if (moments) {
     state.ensure_optimizer_state();
     for (size_t i = 0; i < params.size(); ++i) {
-      read_tensor(reader, kExpAvg + params[i].fqn, params[i].shape, state.exp_avg[i],
-                  *state.backend);
-      read_tensor(reader, kExpAvgSq + params[i].fqn, params[i].shape, state.exp_avg_sq[i],
-                  *state.backend);
+      read(kExpAvg + params[i].fqn, params[i].shape, state.exp_avg[i]);
+      read(kExpAvgSq + params[i].fqn, params[i].shape, state.exp_avg_sq[i]);
     }
   }
   const int64_t step = checkpoint_step(reader);

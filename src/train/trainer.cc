@@ -27,6 +27,7 @@
 #include "train/checkpoint.h"
 #include "train/load_balance.h"
 #include "train/lr_schedule.h"
+#include "train/memory_snapshot.h"
 #include "train/metrics.h"
 #include "train/numerics.h"
 #include "train/optimizer.h"
@@ -55,6 +56,7 @@ std::string checkpoint_path(const JobConfig& config, int64_t step) {
 void check_output_places(const JobConfig& config, bool writes_checkpoints) {
   if (!config.metrics.jsonl_path.empty())
     check_output_file(config.metrics.jsonl_path, "metrics.jsonl_path");
+  if (config.profiling.enable_memory_snapshot) check_memory_snapshot_folder(config);
   if (writes_checkpoints) {
     check_output_folder(config.job.dump_folder, "job.dump_folder");
     check_output_folder(checkpoint_folder(config), "checkpoint.folder");
@@ -242,6 +244,7 @@ class Trainer {
 
  private:
   bool train_step(int64_t step);
+  double run_executor(int64_t step);
   void record_step(int64_t tokens);
   void log_step(int64_t step, double loss, double grad_norm, const MoeLoad& moe);
   void validate(int64_t step);
@@ -320,7 +323,7 @@ bool Trainer::train_step(int64_t step) {
   loader_.next(inputs_, targets_);
   state.zero_gradients();
   session_.allocator.reset_peak();
-  const double loss = session_.executor.run(Batch{inputs_.data(), targets_.data()});
+  const double loss = run_executor(step);
   if (profile_ && step % config_.profiling.profile_freq == 0) {
     write_profile_trace(
         profile_trace_path(config_.job.dump_folder, config_.profiling.save_traces_folder, step),
@@ -347,6 +350,26 @@ bool Trainer::train_step(int64_t step) {
   if (validator_ && step % config_.validation.freq == 0) validate(step);
   if (config_.checkpoint.enable && step % config_.checkpoint.interval == 0) save(step);
   return true;
+}
+
+// Forward and backward on this step's batch. With
+// profiling.enable_memory_snapshot the run's first step is measured as it
+// runs and written as a memory timeline.
+double Trainer::run_executor(int64_t step) {
+  const Batch batch{inputs_.data(), targets_.data()};
+  if (!config_.profiling.enable_memory_snapshot || step != start_step_ + 1)
+    return session_.executor.run(batch);
+  double loss = 0;
+  const TimelineSeries measured{"measured", setup_.ac.plan.description,
+                                measure_timeline(session_.allocator, session_.executor,
+                                                 [&] { loss = session_.executor.run(batch); })};
+  const ModelSummary& s = setup_.model.summary;
+  const std::string path = write_memory_snapshot(
+      config_, step, setup_.program(),
+      s.family + " " + s.flavor + ", measured at step " + std::to_string(step), measured);
+  std::printf("memory snapshot of step %lld written to %s\n", static_cast<long long>(step),
+              path.c_str());
+  return loss;
 }
 
 void Trainer::record_step(int64_t tokens) {

@@ -168,6 +168,35 @@ def dataset_seeds():
     put("txt", "tiny.txt", "\x0fab")
 
 
+def tokenizer_json_seeds():
+    printable = (list(range(33, 127)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100)))
+    chars, extra = {}, 0
+    for b in range(256):
+        chars[b] = chr(b) if b in printable else chr(256 + extra)
+        extra += b not in printable
+    vocab = {chars[b]: b for b in range(256)}
+    merges = [("h", "e"), ("l", "l"), ("he", "ll"), ("\u0120", "w"), ("o", "r"), ("1", "2")]
+    for a, b in merges:
+        vocab[a + b] = len(vocab)
+    split = {"type": "Split", "behavior": "Isolated", "invert": False, "pattern": {"Regex":
+             r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
+             r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"}}
+    llama3 = {
+        "added_tokens": [{"id": len(vocab), "content": "<|begin_of_text|>", "special": True},
+                         {"id": len(vocab) + 1, "content": "<|end_of_text|>", "special": True}],
+        "normalizer": None,
+        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+            split, {"type": "ByteLevel", "add_prefix_space": False, "use_regex": False}]},
+        "model": {"type": "BPE", "ignore_merges": True, "vocab": vocab,
+                  "merges": [a + " " + b for a, b in merges]}}
+    put("tokenizer_json", "llama3.json", json.dumps(llama3))
+    gpt2 = dict(llama3, pre_tokenizer={"type": "ByteLevel", "add_prefix_space": False})
+    gpt2["model"] = dict(llama3["model"], merges=[[a, b] for a, b in merges], ignore_merges=False)
+    put("tokenizer_json", "gpt2.json", json.dumps(gpt2, ensure_ascii=False))
+    literal = dict(llama3, pre_tokenizer=dict(split, pattern={"String": " "}), added_tokens=[])
+    put("tokenizer_json", "literal.json", json.dumps(literal))
+
+
 def regression_seeds():
     """Inputs the fuzzers once failed on (tests/fuzz/README.md), kept so every
     run replays them."""
@@ -192,6 +221,7 @@ if __name__ == "__main__":
     npy_seeds()
     safetensors_seeds()
     dataset_seeds()
+    tokenizer_json_seeds()
     regression_seeds()
     for target in sorted(p.name for p in CORPUS.iterdir()):
         files = list((CORPUS / target).iterdir())
