@@ -87,8 +87,7 @@ int run_generate(const JobConfig& config, const GenerateFlags& flags) {
   }
   const std::unique_ptr<Tokenizer> tokenizer = make_tokenizer(config.model.tokenizer, vocab);
   const std::vector<int32_t> prompt = prompt_ids(*tokenizer, flags.prompt);
-  const auto positions = static_cast<int64_t>(prompt.size()) + flags.max_new_tokens;
-  if (positions > kMaxPositions) {
+  if (flags.max_new_tokens > kMaxPositions - static_cast<int64_t>(prompt.size())) {
     throw InputError("--max_new_tokens " + std::to_string(flags.max_new_tokens) + ": the " +
                      std::to_string(prompt.size()) + " prompt tokens and the new ones exceed " +
                      std::to_string(kMaxPositions) + " positions");
@@ -98,7 +97,8 @@ int run_generate(const JobConfig& config, const GenerateFlags& flags) {
   Allocator allocator;
   ModelState state(setup.program(), allocator, /*with_gradients=*/false);
   load_checkpoint(config.checkpoint.load, state, /*with_optimizer=*/false);
-  Decoder decoder(config.model, state, allocator, positions);
+  Decoder decoder(config.model, state, allocator,
+                  static_cast<int64_t>(prompt.size()) + flags.max_new_tokens);
   Sampler sampler(flags.sampling);
   std::fprintf(stderr, "model: %s %s from %s; %zu prompt tokens\n",
                setup.model.summary.family.c_str(), setup.model.summary.flavor.c_str(),

@@ -156,6 +156,9 @@ def bad_inputs(tmp, seed):
          ["--max_new_tokens", "0", ">= 1"], True),
         ("max_new_tokens 2.5", ["--prompt", "x", "--max_new_tokens", "2.5"],
          ["--max_new_tokens", "2.5", "integer"], True),
+        ("max_new_tokens beyond the cache", ["--prompt", "x", "--max_new_tokens",
+                                             "9223372036854775807"],
+         ["--max_new_tokens", "9223372036854775807", "positions"], True),
     ]
     for name, flags, words, with_weights in cases:
         p = run(["generate", *(["--checkpoint.load", str(seed)] if with_weights else []), *flags],
