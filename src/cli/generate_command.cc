@@ -87,6 +87,10 @@ int run_generate(const JobConfig& config, const GenerateFlags& flags) {
   }
   const std::unique_ptr<Tokenizer> tokenizer = make_tokenizer(config.model.tokenizer, vocab);
   const std::vector<int32_t> prompt = prompt_ids(*tokenizer, flags.prompt);
+  if (prompt.empty()) {  // a tokenizer without BOS that reads the text as nothing
+    throw InputError("--prompt \"" + flags.prompt + "\": the tokenizer " + config.model.tokenizer +
+                     " gives it no tokens; expected text it can encode");
+  }
   if (flags.max_new_tokens > kMaxPositions - static_cast<int64_t>(prompt.size())) {
     throw InputError("--max_new_tokens " + std::to_string(flags.max_new_tokens) + ": the " +
                      std::to_string(prompt.size()) + " prompt tokens and the new ones exceed " +
