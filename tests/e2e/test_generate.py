@@ -3,6 +3,7 @@
 - stdout is the prompt and its continuation, nothing else: a crafted model
   that always predicts one letter continues "Hi" with max_new_tokens of it;
   one that always predicts EOS stops after it (it prints nothing of it);
+  the text streams (the first bytes come while the rest is generated);
 - a seed gives the same text every time, another seed another text;
   top_k = 1 is greedy (temperature 0), token for token;
 - a SentencePiece tokenizer (model.tokenizer_path) reads the prompt and
@@ -93,6 +94,29 @@ def text_out(tmp, seed):
               f"stops after EOS {flags}: {generated_ids(p)} {p.stderr[-200:]!r}")
         p = generate(tmp, eos, "--prompt", "Hi", "--max_new_tokens", "50", *flags)
         check(p.returncode == 0 and p.stdout == "Hi\n", f"EOS prints no text {flags}: {p.stdout!r}")
+
+
+def streaming(tmp):
+    """Tokens reach stdout as they come: a pipe buffers 4 KiB, so without a
+    flush per token the first read of a 2,000-byte text would be all of it,
+    after the process ended."""
+    model = MODEL + ["--model.dim", "256", "--model.n_layers", "4"]
+    d = tmp / "streaming"
+    s = run(["train", "--checkpoint.create_seed_checkpoint", "true"], d, model)
+    letter = crafted(d, d / "checkpoint" / "step-0.safetensors", "always_A.safetensors", ord("A"))
+    proc = subprocess.Popen([REMAT, "generate", "--checkpoint.load", str(letter), "--prompt", "Hi",
+                             "--max_new_tokens", "2000", "--temperature", "0", *model,
+                             "--job.dump_folder", str(d)],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    first = os.read(proc.stdout.fileno(), 1 << 16)
+    running = proc.poll() is None
+    rest = proc.stdout.read()
+    proc.wait(timeout=600)
+    total = first + rest
+    check(s.returncode == 0 and proc.returncode == 0 and total == b"Hi" + b"A" * 2000 + b"\n" and
+          running and len(first) < len(total),
+          f"text streams: the first read ({len(first)} bytes) came while generating "
+          f"({running}), before the {len(total)} bytes of the whole")
 
 
 def sampling(tmp, seed):
@@ -203,6 +227,7 @@ def main():
         check(s.returncode == 0, f"seed checkpoint: {s.stderr[-300:]}")
         seed = tmp / "checkpoint" / "step-0.safetensors"
         text_out(tmp, seed)
+        streaming(tmp)
         sampling(tmp, seed)
         bad_inputs(tmp, seed)
         sentencepiece(tmp)
