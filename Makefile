@@ -41,8 +41,10 @@ build: deps
 	cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Release
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
+# Saves the weights at the end (outputs/checkpoint/step-100.safetensors) for
+# `remat generate` (README "Generate text").
 run: build
-	$(BUILD_DIR)/remat train --config configs/llama3_debug.toml
+	$(BUILD_DIR)/remat train --config configs/llama3_debug.toml --checkpoint.enable true
 
 # Everything: the unit, end-to-end and oracle tests, then the fuzzers, then
 # the unit tests and short training runs under ASan + UBSan.

@@ -18,6 +18,9 @@ const char* const kUsage =
     "          --maximize throughput for the batch size and plan with the most tokens/s\n"
     "  grads   one forward/backward pass; --tokens FILE.npy --out FILE.safetensors\n"
     "          (the gradient dump the PyTorch oracle test compares)\n"
+    "  generate continue --prompt TEXT with the weights of --checkpoint.load FILE, streaming;\n"
+    "          --max_new_tokens N (100), --temperature T (1; 0: greedy), --top_k K (0: all),\n"
+    "          --top_p P (1), --seed S (0); --ids prints token ids instead of text\n"
     "  tokenizer train --input FILE --vocab_size N --output FILE.model\n"
     "          [--model_type bpe|unigram]: a SentencePiece tokenizer for model.tokenizer_path\n"
     "          (needs no --config)\n"
@@ -63,8 +66,8 @@ void split_arguments(const std::vector<std::string>& args,
 
 CommandLine parse_command_line(const std::vector<std::string>& args) {
   if (args.empty())
-    throw InputError(std::string("missing command (expected train, eval, plan or grads)\n") +
-                     kUsage);
+    throw InputError(
+        std::string("missing command (expected train, eval, plan, grads or generate)\n") + kUsage);
   CommandLine c;
   c.command = args[0];
   if (c.command == "-h" || c.command == "--help" || c.command == "help") {
@@ -100,9 +103,22 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
     split_arguments(rest, {"tokens", "out"}, c);
     if (!c.extra.count("tokens") || !c.extra.count("out"))
       throw InputError("grads needs --tokens FILE.npy and --out FILE.safetensors");
+  } else if (c.command == "generate") {
+    std::vector<std::string> others;
+    for (const std::string& arg : rest) {
+      if (arg == "--ids") {
+        c.ids = true;
+      } else {
+        others.push_back(arg);
+      }
+    }
+    split_arguments(others, {"prompt", "max_new_tokens", "temperature", "top_k", "top_p", "seed"},
+                    c);
+    if (!c.extra.count("prompt"))
+      throw InputError("generate needs --prompt TEXT, the text to continue");
   } else {
-    throw InputError("unknown command '" + c.command + "' (expected train, eval, plan or grads)\n" +
-                     kUsage);
+    throw InputError("unknown command '" + c.command +
+                     "' (expected train, eval, plan, grads or generate)\n" + kUsage);
   }
   return c;
 }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cli/arguments.h"
+#include "cli/generate_command.h"
 #include "cli/tokenizer_command.h"
 #include "core/error.h"
 #include "io/config.h"
@@ -45,7 +46,8 @@ PlanCommandOptions plan_options(const CommandLine& c) {
 
 // What a run says about its config before anything else: the torchtitan keys
 // it ignores (one line) and, with job.print_args, the resolved config. On
-// stderr when stdout carries JSON (plan --json), so the JSON stays parseable.
+// stderr when stdout carries JSON (plan --json) or generated text, so that
+// output stays clean.
 void print_startup(const JobConfig& config, FILE* out) {
   const std::string ignored = format_ignored_keys(config);
   if (!ignored.empty()) std::fprintf(out, "%s\n", ignored.c_str());
@@ -66,8 +68,11 @@ int dispatch(int argc, char** argv) {
     return 0;
   }
   const PlanCommandOptions plan = c.command == "plan" ? plan_options(c) : PlanCommandOptions{};
+  const GenerateFlags generate =
+      c.command == "generate" ? parse_generate_flags(c) : GenerateFlags{};
   JobConfig config = load_job_config(c.config_path, c.overrides);
-  FILE* notes = plan.json ? stderr : stdout;
+  // stdout carries only the JSON of plan --json and only the text of generate.
+  FILE* notes = plan.json || c.command == "generate" ? stderr : stdout;
   // Planning reads no data: a torchtitan config naming a tokenizer that is
   // not on this machine still plans, at the flavor's vocabulary size.
   const std::string& tokenizer_path = config.model.tokenizer_path;
@@ -83,6 +88,7 @@ int dispatch(int argc, char** argv) {
   if (c.command == "train") return run_train(config);
   if (c.command == "eval") return run_eval(config);
   if (c.command == "plan") return run_plan(config, plan);
+  if (c.command == "generate") return run_generate(config, generate);
   // grads (parse_command_line accepts no other command)
   return run_dump_gradients(config, c.extra.at("tokens"), c.extra.at("out"));
 }

@@ -65,7 +65,11 @@ struct OpAttrs {
   int64_t rows = 0, dim = 0;    // embedding, norm, elementwise, CE
   int64_t batch = 0, seq = 0, heads = 0, kv_heads = 0, head_dim = 0;
   double theta = 0;  // rope
-  float eps = 0;     // rmsnorm
+  // rope, attention: the position of row 0 of each sequence. 0 in every
+  // program; > 0 only when decoding with a KV cache (generate/decoder.h), where
+  // attention's k and v inputs hold position + seq rows per sequence.
+  int64_t position = 0;
+  float eps = 0;  // rmsnorm
   // linear: the weight is stored (in, out) = [k, n] instead of PyTorch's
   // [n, k] (torchtitan's expert layout, used for the MoE shared expert).
   bool weight_in_out = false;

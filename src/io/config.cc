@@ -138,6 +138,7 @@ std::vector<Field> fields_of(JobConfig& c) {
       REMAT_FIELD(metrics, jsonl_path),
       REMAT_FIELD(metrics, peak_flops),
       REMAT_FIELD(metrics, disable_color_printing),
+      REMAT_FIELD(metrics, sample_freq),
       REMAT_FIELD(checkpoint, enable),
       Field{"checkpoint", "enable_checkpoint", &c.checkpoint.enable, nullptr, /*alias=*/true},
       REMAT_FIELD(checkpoint, folder),
@@ -867,6 +868,8 @@ void validate_activation_checkpoint(const JobConfig& c, Validator& v) {
 
 void validate_other_sections(const JobConfig& c, Validator& v) {
   v.require(c.metrics.log_freq > 0, "metrics.log_freq", "an integer > 0");
+  v.require(c.metrics.sample_freq >= 0, "metrics.sample_freq",
+            "an integer >= 0 (steps between training samples; 0: never)");
   v.require(c.metrics.peak_flops >= 0, "metrics.peak_flops",
             "a number >= 0 (FLOP/s; 0: measure at start-up)");
   v.require(c.checkpoint.interval > 0, "checkpoint.interval", "an integer > 0");

@@ -98,6 +98,9 @@ struct JobConfig {
     std::string jsonl_path;               // "" : no machine-readable metrics
     double peak_flops = 0;                // FLOP/s; 0: measure at start-up
     bool disable_color_printing = false;  // colour is only ever used on a terminal
+    // Every sample_freq steps `train` prints a short sample of the model's
+    // text (as llm.c does); 0: never.
+    int64_t sample_freq = 0;
   } metrics;
   struct Checkpoint {
     bool enable = false;                // also read as torchtitan's enable_checkpoint

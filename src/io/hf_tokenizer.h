@@ -49,8 +49,8 @@ class HfBpeTokenizer final : public Tokenizer {
   void append_document(std::string_view document, std::vector<int32_t>& out) const override;
   std::string decode(std::span<const int32_t> ids) const override;
 
-  int32_t bos_id() const;  // -1 when the file has none
-  int32_t eos_id() const;
+  int32_t bos_id() const override;  // -1 when the file has none
+  int32_t eos_id() const override;
 
   struct Model;
 

@@ -91,6 +91,9 @@ void SentencePieceTokenizer::append_document(std::string_view document,
   if (processor_->eos_id() >= 0) out.push_back(processor_->eos_id());
 }
 
+int32_t SentencePieceTokenizer::bos_id() const { return processor_->bos_id(); }
+int32_t SentencePieceTokenizer::eos_id() const { return processor_->eos_id(); }
+
 std::string SentencePieceTokenizer::decode(std::span<const int32_t> ids) const {
   std::string text;
   const auto status = processor_->Decode(std::vector<int>(ids.begin(), ids.end()), &text);

@@ -33,6 +33,8 @@ class SentencePieceTokenizer final : public Tokenizer {
   // BOS and EOS are added where the model defines them (bos_id/eos_id >= 0).
   void append_document(std::string_view document, std::vector<int32_t>& out) const override;
   std::string decode(std::span<const int32_t> ids) const override;
+  int32_t bos_id() const override;
+  int32_t eos_id() const override;
 
  private:
   std::unique_ptr<sentencepiece::SentencePieceProcessor> processor_;

@@ -33,6 +33,10 @@ class Tokenizer {
   virtual void append_document(std::string_view document, std::vector<int32_t>& out) const = 0;
   // Ids back to text; BOS and EOS are dropped.
   virtual std::string decode(std::span<const int32_t> ids) const = 0;
+  // The ids append_document() puts before and after a document, -1 where it
+  // puts none: a generated text starts with BOS and stops at EOS.
+  virtual int32_t bos_id() const = 0;
+  virtual int32_t eos_id() const = 0;
 };
 
 class ByteTokenizer final : public Tokenizer {
@@ -51,6 +55,8 @@ class ByteTokenizer final : public Tokenizer {
   // Ids outside 0..257 (unused rows of a larger vocabulary) become U+FFFD so
   // sampled text stays readable.
   std::string decode(std::span<const int32_t> ids) const override;
+  int32_t bos_id() const override { return kBos; }
+  int32_t eos_id() const override { return kEos; }
 
  private:
   int64_t vocab_size_;

@@ -59,7 +59,8 @@ constexpr CpuKernels kCpuKernels[] = {
      }},
     {OpKind::kRope,
      [](A a, B b) {
-       cpu::rope_forward(b.inputs[0], a.batch, a.seq, a.heads, a.head_dim, a.theta, b.outputs[0]);
+       cpu::rope_forward_from(b.inputs[0], a.batch, a.seq, a.position, a.heads, a.head_dim, a.theta,
+                              b.outputs[0]);
        return 0.0;
      },
      [](A a, B b) {
@@ -68,8 +69,9 @@ constexpr CpuKernels kCpuKernels[] = {
      }},
     {OpKind::kAttention,
      [](A a, B b) {
-       cpu::attention_forward(b.inputs[0], b.inputs[1], b.inputs[2], a.batch, a.seq, a.heads,
-                              a.kv_heads, a.head_dim, b.outputs[0], b.outputs[1]);
+       cpu::attention_forward_cached(b.inputs[0], b.inputs[1], b.inputs[2], a.batch, a.seq,
+                                     a.position, a.heads, a.kv_heads, a.head_dim, b.outputs[0],
+                                     b.outputs[1]);
        return 0.0;
      },
      [](A a, B b) {  // saved: q, k, v, out, lse

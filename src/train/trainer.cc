@@ -21,6 +21,7 @@
 #include "io/dataset.h"
 #include "io/files.h"
 #include "io/safetensors.h"
+#include "io/tokenizer.h"
 #include "kernels/cpu/kernels.h"
 #include "planner/plan_command.h"
 #include "planner/setup.h"
@@ -32,6 +33,7 @@
 #include "train/numerics.h"
 #include "train/optimizer.h"
 #include "train/profile_trace.h"
+#include "train/sample.h"
 #include "train/session.h"
 #include "train/stop_signal.h"
 #include "train/validation.h"
@@ -248,6 +250,7 @@ class Trainer {
   void record_step(int64_t tokens);
   void log_step(int64_t step, double loss, double grad_norm, const MoeLoad& moe);
   void validate(int64_t step);
+  void sample(int64_t step);
   void report_divergence(int64_t step, double loss, double grad_norm) const;
   void save(int64_t step) const;
   int finish(int64_t step, bool diverged, const StopSignals& stop) const;
@@ -258,7 +261,8 @@ class Trainer {
   const Setup& setup_;
   Session& session_;
   BatchLoader& loader_;
-  Validator* const validator_;  // null: no validation
+  Validator* const validator_;                   // null: no validation
+  std::unique_ptr<Tokenizer> sample_tokenizer_;  // null: metrics.sample_freq = 0
   const int64_t start_step_;
   DevicePeak peak_;
   const int64_t flops_per_token_;
@@ -298,6 +302,8 @@ Trainer::Trainer(const JobConfig& config, const Setup& setup, Session& session, 
       inputs_(config.training.local_batch_size * config.training.seq_len),
       targets_(inputs_.size()) {
   session_.executor.set_profiling(profile_);
+  if (config.metrics.sample_freq > 0)
+    sample_tokenizer_ = make_tokenizer(config.model.tokenizer, setup.model.summary.vocab_size);
   // Metrics go straight to their final path, one flushed line per logged
   // step, so a killed run keeps what it logged; a resumed run appends.
   if (!config.metrics.jsonl_path.empty())
@@ -348,6 +354,7 @@ bool Trainer::train_step(int64_t step) {
     return false;
   }
   if (validator_ && step % config_.validation.freq == 0) validate(step);
+  if (sample_tokenizer_ && step % config_.metrics.sample_freq == 0) sample(step);
   if (config_.checkpoint.enable && step % config_.checkpoint.interval == 0) save(step);
   return true;
 }
@@ -425,6 +432,18 @@ void Trainer::validate(int64_t step) {
   if (metrics_log_.is_open()) {
     metrics_log_.write_line(validation_json(step, loss));
   }
+}
+
+// As validate(): the sample's memory counts towards the run's peak, not the
+// step's, and its time is left out of the metrics window.
+void Trainer::sample(int64_t step) {
+  const Clock::time_point start = Clock::now();
+  const std::string text =
+      training_sample(config_, session_.state, session_.allocator, *sample_tokenizer_);
+  window_.start += Clock::now() - start;
+  run_peak_ = std::max(run_peak_, session_.allocator.peak());
+  std::printf("sample step: %2lld  %s\n", static_cast<long long>(step), text.c_str());
+  std::fflush(stdout);
 }
 
 void Trainer::report_divergence(int64_t step, double loss, double grad_norm) const {

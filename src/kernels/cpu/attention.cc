@@ -70,7 +70,7 @@ struct QueryTile {
   float* acc;  // [kTile x Dp] unnormalised output
   float* m;    // [kTile] running max of raw scores (32-byte aligned)
   float* l;    // [kTile] running sum of p
-  int64_t q0;  // first query position
+  int64_t q0;  // first query's position (past + its row in the call)
   int64_t M;   // rows
 };
 
@@ -178,13 +178,40 @@ void backward_pair(const KeyTile& kt, const float* qs, const float* dos, const f
   tile_gemm(M, Dp, np, ds, np, 1, kt.ks, Dp, dqt, Dp, !first);
 }
 
+// Normalises a finished query tile into its rows of out (from `out`, one
+// row every q_stride floats) and their log-sum-exp (from `lse`).
+void finish_query_tile(const QueryTile& qt, float* out, int64_t q_stride, int64_t D, int64_t Dp,
+                       float scale, float* lse) {
+  for (int64_t r = 0; r < qt.M; ++r) {
+    const float inv = 1.0f / qt.l[r];
+    float* o = out + r * q_stride;
+    const float* ar = qt.acc + r * Dp;
+    for (int64_t i = 0; i < D; ++i) o[i] = ar[i] * inv;
+    lse[r] = static_cast<float>(static_cast<double>(qt.m[r]) * scale +
+                                std::log(static_cast<double>(qt.l[r])));
+  }
+}
+
 }  // namespace
 
 void attention_forward(const float* q, const float* k, const float* v, int64_t batch, int64_t seq,
                        int64_t heads, int64_t kv_heads, int64_t head_dim, float* out, float* lse) {
+  attention_forward_cached(q, k, v, batch, seq, /*past=*/0, heads, kv_heads, head_dim, out, lse);
+}
+
+// With past > 0 the diagonal is no longer tile-aligned: a key tile is skipped
+// for a query tile only when it lies wholly after the tile's last query, and
+// rows that see none of a tile's keys leave their running max and sum as they
+// were (all their lanes are masked). With past = 0 the tiles visited, and
+// their order, are exactly those of the aligned diagonal.
+void attention_forward_cached(const float* q, const float* k, const float* v, int64_t batch,
+                              int64_t seq, int64_t past, int64_t heads, int64_t kv_heads,
+                              int64_t head_dim, float* out, float* lse) {
   check_shapes(heads, kv_heads, head_dim);
+  if (past < 0) throw std::invalid_argument("attention: past must be >= 0");
   const int64_t D = head_dim, Dp = detail::round_up(D, 8);
   const int64_t group = heads / kv_heads;
+  const int64_t kv_len = past + seq;
   const int64_t q_stride = heads * D, kv_stride = kv_heads * D;
   const int64_t tiles = (seq + kTile - 1) / kTile;
   const int64_t tile_groups = (tiles + kQueryGroup - 1) / kQueryGroup;
@@ -192,7 +219,7 @@ void attention_forward(const float* q, const float* k, const float* v, int64_t b
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
   const float c = scale * kLog2e;
   const int nt = num_threads();
-  const bool parallel = items > 1 && batch * heads * seq * seq * D >= (int64_t{1} << 20);
+  const bool parallel = items > 1 && batch * heads * seq * kv_len * D >= (int64_t{1} << 20);
 
   // Items are independent (each writes only its own rows of out and lse), so
   // dynamic scheduling balances the causal triangle without touching results.
@@ -220,9 +247,9 @@ void attention_forward(const float* q, const float* k, const float* v, int64_t b
       qt.m = qt.acc + kTile * Dp;
       qt.l = qt.m + kTile;
       next = qt.l + kTile;
-      qt.q0 = t * kTile;
-      qt.M = seq - qt.q0 < kTile ? seq - qt.q0 : kTile;
-      pack_rows(q + (b * seq + qt.q0) * q_stride + h * D, q_stride, qt.M, D, Dp, qt.qs);
+      qt.q0 = past + t * kTile;
+      qt.M = seq - t * kTile < kTile ? seq - t * kTile : kTile;
+      pack_rows(q + (b * seq + t * kTile) * q_stride + h * D, q_stride, qt.M, D, Dp, qt.qs);
       std::memset(qt.acc, 0, sizeof(float) * qt.M * Dp);
       for (int64_t r = 0; r < kTile; ++r) {
         qt.m[r] = -INFINITY;
@@ -230,29 +257,27 @@ void attention_forward(const float* q, const float* k, const float* v, int64_t b
       }
     }
 
-    // Each K/V tile is packed once and used by every query tile of the group.
-    for (int64_t ktile = 0; ktile < t_end; ++ktile) {
+    // Each K/V tile is packed once and used by every query tile of the group,
+    // up to the tile holding the group's last query position.
+    const QueryTile& last = qtiles[t_end - 1 - t_begin];
+    const int64_t key_tiles = (last.q0 + last.M - 1) / kTile + 1;
+    for (int64_t ktile = 0; ktile < key_tiles; ++ktile) {
       const int64_t k0 = ktile * kTile;
-      const int64_t nk = seq - k0 < kTile ? seq - k0 : kTile;
+      const int64_t nk = kv_len - k0 < kTile ? kv_len - k0 : kTile;
       const int64_t np = detail::round_up(nk, 8);
-      pack_transposed(k + (b * seq + k0) * kv_stride + g * D, kv_stride, nk, D, Dp, np, kt);
-      pack_rows(v + (b * seq + k0) * kv_stride + g * D, kv_stride, nk, D, Dp, vs);
+      pack_transposed(k + (b * kv_len + k0) * kv_stride + g * D, kv_stride, nk, D, Dp, np, kt);
+      pack_rows(v + (b * kv_len + k0) * kv_stride + g * D, kv_stride, nk, D, Dp, vs);
       for (int64_t j = nk; j < np; ++j)
         for (int64_t i = 0; i < Dp; ++i) vs[j * Dp + i] = 0.0f;
-      for (int64_t t = (ktile > t_begin ? ktile : t_begin); t < t_end; ++t)
-        forward_pair(qtiles[t - t_begin], kt, vs, k0, nk, Dp, c, s);
+      for (int64_t t = t_begin; t < t_end; ++t) {
+        const QueryTile& qt = qtiles[t - t_begin];
+        if (k0 <= qt.q0 + qt.M - 1) forward_pair(qt, kt, vs, k0, nk, Dp, c, s);
+      }
     }
 
     for (int64_t t = t_begin; t < t_end; ++t) {
-      const QueryTile& qt = qtiles[t - t_begin];
-      for (int64_t r = 0; r < qt.M; ++r) {
-        const float inv = 1.0f / qt.l[r];
-        float* o = out + (b * seq + qt.q0 + r) * q_stride + h * D;
-        const float* ar = qt.acc + r * Dp;
-        for (int64_t i = 0; i < D; ++i) o[i] = ar[i] * inv;
-        lse[(b * heads + h) * seq + qt.q0 + r] = static_cast<float>(
-            static_cast<double>(qt.m[r]) * scale + std::log(static_cast<double>(qt.l[r])));
-      }
+      finish_query_tile(qtiles[t - t_begin], out + ((b * seq + t * kTile) * heads + h) * D,
+                        q_stride, D, Dp, scale, lse + (b * heads + h) * seq + t * kTile);
     }
   }
 }

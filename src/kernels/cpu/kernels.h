@@ -92,6 +92,11 @@ void update_expert_bias(float* expert_bias, float* counts, int64_t experts, floa
 // Angles are computed in double precision, then cos/sin rounded to float.
 void rope_forward(const float* x, int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
                   double theta, float* out);
+// The same with row p of each sequence at position first_position + p: new
+// tokens appended after first_position cached ones (decoding with a KV
+// cache). rope_forward is first_position = 0.
+void rope_forward_from(const float* x, int64_t batch, int64_t seq, int64_t first_position,
+                       int64_t heads, int64_t head_dim, double theta, float* out);
 void rope_backward(const float* dout, int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
                    double theta, float* dx);
 
@@ -102,6 +107,16 @@ void rope_backward(const float* dout, int64_t batch, int64_t seq, int64_t heads,
 // Never materialises a seq x seq matrix: tiles of queries x keys.
 void attention_forward(const float* q, const float* k, const float* v, int64_t batch, int64_t seq,
                        int64_t heads, int64_t kv_heads, int64_t head_dim, float* out, float* lse);
+// The same for `seq` new queries after `past` cached positions (decoding with
+// a KV cache): q, out: [batch, seq, heads, head_dim] at positions past ..
+// past + seq - 1; k, v: [batch, past + seq, kv_heads, head_dim], the cached
+// keys and values followed by the new ones; lse: [batch, heads, seq]. Query
+// row r sees keys 0 .. past + r. attention_forward is past = 0, and a query's
+// result does not depend on how many queries share the call: one decoded
+// position gives the bits the whole sequence at once gives for it.
+void attention_forward_cached(const float* q, const float* k, const float* v, int64_t batch,
+                              int64_t seq, int64_t past, int64_t heads, int64_t kv_heads,
+                              int64_t head_dim, float* out, float* lse);
 // The one place this size is written: the graph (graph/op.h) books it for
 // the planner and the executor, so it is inline, needing no kernel code.
 inline int64_t attention_backward_workspace_floats(int64_t batch, int64_t seq, int64_t heads) {

@@ -12,9 +12,10 @@ namespace {
 constexpr int64_t kMaxPairs = 512;  // head_dim up to 1024
 
 // Rotates every head of every (batch, position) row by +angle (sign = 1) or
-// -angle (sign = -1). accumulate: out += rotated, else out = rotated.
-void rope_apply(const float* x, int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
-                double theta, float sign, bool accumulate, float* out) {
+// -angle (sign = -1); row p of a sequence is at position first + p.
+// accumulate: out += rotated, else out = rotated.
+void rope_apply(const float* x, int64_t batch, int64_t seq, int64_t first, int64_t heads,
+                int64_t head_dim, double theta, float sign, bool accumulate, float* out) {
   if (head_dim % 2 != 0 || head_dim / 2 > kMaxPairs)
     throw std::invalid_argument("rope: head_dim must be even and at most 1024");
   const int64_t pairs = head_dim / 2;
@@ -28,7 +29,7 @@ void rope_apply(const float* x, int64_t batch, int64_t seq, int64_t heads, int64
   for (int64_t p = 0; p < seq; ++p) {
     float c[kMaxPairs], s[kMaxPairs];
     for (int64_t i = 0; i < pairs; ++i) {
-      const double angle = static_cast<double>(p) * freq[i];
+      const double angle = static_cast<double>(first + p) * freq[i];
       c[i] = static_cast<float>(std::cos(angle));
       s[i] = sign * static_cast<float>(std::sin(angle));
     }
@@ -59,13 +60,19 @@ void rope_apply(const float* x, int64_t batch, int64_t seq, int64_t heads, int64
 
 void rope_forward(const float* x, int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
                   double theta, float* out) {
-  rope_apply(x, batch, seq, heads, head_dim, theta, 1.0f, false, out);
+  rope_apply(x, batch, seq, 0, heads, head_dim, theta, 1.0f, false, out);
+}
+
+void rope_forward_from(const float* x, int64_t batch, int64_t seq, int64_t first_position,
+                       int64_t heads, int64_t head_dim, double theta, float* out) {
+  if (first_position < 0) throw std::invalid_argument("rope: first_position must be >= 0");
+  rope_apply(x, batch, seq, first_position, heads, head_dim, theta, 1.0f, false, out);
 }
 
 // The rotation is orthogonal: its transpose is the rotation by -angle.
 void rope_backward(const float* dout, int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
                    double theta, float* dx) {
-  rope_apply(dout, batch, seq, heads, head_dim, theta, -1.0f, true, dx);
+  rope_apply(dout, batch, seq, 0, heads, head_dim, theta, -1.0f, true, dx);
 }
 
 }  // namespace remat::cpu

@@ -1,0 +1,62 @@
+#include "generate/generate.h"
+
+#include <stdexcept>
+#include <string_view>
+#include <utility>
+
+namespace remat {
+
+std::vector<int32_t> generate(Decoder& decoder, Sampler& sampler, std::span<const int32_t> prompt,
+                              int64_t max_new_tokens, int32_t eos_id,
+                              const std::function<void(int32_t)>& on_token) {
+  if (prompt.empty()) throw std::invalid_argument("generate: the prompt has no tokens");
+  std::vector<int32_t> out;
+  if (max_new_tokens <= 0) return out;
+  std::vector<float> logits = decoder.append(prompt);
+  const auto vocab = static_cast<size_t>(decoder.vocab_size());
+  std::span<const float> last(logits.data() + logits.size() - vocab, vocab);
+  while (true) {
+    const int32_t id = sampler.next(last);
+    out.push_back(id);
+    if (on_token) on_token(id);
+    if (id == eos_id || static_cast<int64_t>(out.size()) == max_new_tokens) return out;
+    logits = decoder.append(std::span<const int32_t>(&out.back(), 1));
+    last = std::span<const float>(logits.data(), vocab);
+  }
+}
+
+std::vector<int32_t> prompt_ids(const Tokenizer& tokenizer, const std::string& text) {
+  std::vector<int32_t> ids;
+  if (tokenizer.bos_id() >= 0) ids.push_back(tokenizer.bos_id());
+  const std::vector<int32_t> body = tokenizer.encode(text);
+  ids.insert(ids.end(), body.begin(), body.end());
+  return ids;
+}
+
+TextStream::TextStream(const Tokenizer& tokenizer, FILE* out, std::vector<int32_t> ids)
+    : tokenizer_(tokenizer), out_(out), ids_(std::move(ids)) {}
+
+void TextStream::add(int32_t id) {
+  ids_.push_back(id);
+  print(/*all=*/false);
+}
+
+void TextStream::finish() { print(/*all=*/true); }
+
+void TextStream::print(bool all) {
+  const std::string text = tokenizer_.decode(ids_);
+  constexpr std::string_view kReplacement = "\xEF\xBF\xBD";  // U+FFFD
+  size_t end = text.size();
+  while (!all && end >= printed_ + kReplacement.size() &&
+         std::string_view(text).substr(end - kReplacement.size(), kReplacement.size()) ==
+             kReplacement) {
+    end -= kReplacement.size();
+  }
+  if (end > printed_) {
+    std::fwrite(text.data() + printed_, 1, end - printed_, out_);
+    printed_ = end;
+  }
+  std::fflush(out_);
+}
+
+}  // namespace remat
