@@ -12,13 +12,21 @@
 
 namespace remat {
 
+bool CommRequest::poll() {
+  if (!done_ && test()) {
+    finish();
+    done_ = true;
+  }
+  return done_;
+}
+
 void CommRequest::wait() {
   using Clock = std::chrono::steady_clock;
   const Clock::time_point start = Clock::now();
   // Poll, then back off to short sleeps: MPI progresses only inside MPI
   // calls, and a rank that spins would take a core from a peer that still
   // computes on an oversubscribed machine.
-  for (int polls = 0; !test(); ++polls) {
+  for (int polls = 0; !poll(); ++polls) {
     const double waited = std::chrono::duration<double>(Clock::now() - start).count();
     if (waited > comm_.timeout()) {
       comm_.wait_seconds_ += waited;
@@ -30,22 +38,51 @@ void CommRequest::wait() {
     if (polls > 100) std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
   comm_.wait_seconds_ += std::chrono::duration<double>(Clock::now() - start).count();
-  finish();
 }
 
-void Communicator::allreduce_sum(float* data, int64_t n, const std::string& what) {
-  // A reduce-scatter of equal chunks (the tail padded with zeros), then an
-  // all-gather: each element is summed once, in rank order, by its chunk's
-  // owner, so every rank ends with the same bits.
-  const int64_t ranks = size();
-  const int64_t chunk = (n + ranks - 1) / ranks;
-  std::vector<float> padded(static_cast<size_t>(chunk * ranks), 0.0f);
-  std::copy(data, data + n, padded.begin());
-  std::vector<float> mine(static_cast<size_t>(chunk));
-  start_reduce_scatter(padded.data(), mine.data(), chunk, what)->wait();
-  start_all_gather(mine.data(), padded.data(), chunk * static_cast<int64_t>(sizeof(float)), what)
-      ->wait();
-  std::copy(padded.begin(), padded.begin() + n, data);
+// Each element is summed once, in rank order, by its chunk's owner, so
+// every rank ends with the same bits: a reduce-scatter, then an all-gather
+// of the summed chunks, then the copy back.
+class Communicator::AllreduceRequest final : public CommRequest {
+ public:
+  AllreduceRequest(Communicator& comm, std::string what, float* data, int64_t n)
+      : CommRequest(comm, std::move(what)),
+        data_(data),
+        n_(n),
+        ticket_(comm.allreduces_started_++) {
+    const int64_t ranks = comm.size();
+    chunk_ = (n + ranks - 1) / ranks;
+    padded_.assign(static_cast<size_t>(chunk_ * ranks), 0.0f);
+    std::copy(data, data + n, padded_.begin());
+    mine_.resize(static_cast<size_t>(chunk_));
+    step_ = comm.start_reduce_scatter(padded_.data(), mine_.data(), chunk_, this->what());
+  }
+
+ private:
+  bool test() override {
+    if (!step_->poll()) return false;
+    if (gathering_) return true;
+    // The reduce-scatters finish in any order; the all-gathers start in
+    // ticket order, the same on every rank.
+    if (comm().allreduces_gathering_ != ticket_) return false;
+    ++comm().allreduces_gathering_;
+    gathering_ = true;
+    step_ = comm().start_all_gather(mine_.data(), padded_.data(),
+                                    chunk_ * static_cast<int64_t>(sizeof(float)), what(), 1);
+    return step_->poll();
+  }
+  void finish() override { std::copy(padded_.begin(), padded_.begin() + n_, data_); }
+
+  float* data_;
+  int64_t n_, ticket_, chunk_ = 0;
+  std::vector<float> padded_, mine_;
+  std::unique_ptr<CommRequest> step_;  // the reduce-scatter, then the all-gather
+  bool gathering_ = false;
+};
+
+std::unique_ptr<CommRequest> Communicator::start_allreduce_sum(float* data, int64_t n,
+                                                               std::string what) {
+  return std::make_unique<AllreduceRequest>(*this, std::move(what), data, n);
 }
 
 double Communicator::sum(double value, const std::string& what) {
@@ -106,7 +143,7 @@ class SingleProcess final : public Communicator {
     return std::make_unique<DoneRequest>(*this, std::move(what));
   }
   std::unique_ptr<CommRequest> start_all_gather(const void* in, void* out, int64_t bytes,
-                                                std::string what) override {
+                                                std::string what, int) override {
     if (in != out) std::memmove(out, in, static_cast<size_t>(bytes));
     return std::make_unique<DoneRequest>(*this, std::move(what));
   }

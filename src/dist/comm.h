@@ -3,8 +3,8 @@
 // written once for both. Nothing above this folder includes <mpi.h>.
 //
 // Contracts:
-//  - every rank calls the same collectives in the same order with the same
-//    sizes (MPI's rule); a collective is identified by its call order;
+//  - every rank starts the same collectives in the same order with the same
+//    sizes (MPI's rule); a collective is identified by its start order;
 //  - sums are deterministic and independent of MPI's algorithm choice:
 //    element i of a sum is ((x_0[i] + x_1[i]) + x_2[i]) + ... in rank order,
 //    the same bits on every rank and in every run at the same size();
@@ -45,15 +45,21 @@ class CommRequest {
   // local part (e.g. the ordered sum of a reduce-scatter). CommError when it
   // does not complete within the communicator's timeout, or fails.
   void wait();
+  // Drives the collective without blocking (MPI progresses only inside MPI
+  // calls); true once it has completed, local part included.
+  bool poll();
 
  protected:
   // Drives the transport; true once this rank's part of the exchange is done.
   virtual bool test() = 0;
   virtual void finish() {}
+  Communicator& comm() const { return comm_; }
+  const std::string& what() const { return what_; }
 
  private:
   Communicator& comm_;
   std::string what_;  // for messages: "all-reduce of the gradients"
+  bool done_ = false;
 };
 
 class Communicator {
@@ -77,14 +83,23 @@ class Communicator {
   virtual std::unique_ptr<CommRequest> start_reduce_scatter(const float* in, float* out,
                                                             int64_t chunk, std::string what) = 0;
   // All-gather: `out` (size() * bytes) receives every rank's `in` (bytes
-  // bytes) in rank order.
+  // bytes) in rank order. `lane` 1 runs it on a second communicator, whose
+  // collectives are ordered among themselves only.
   virtual std::unique_ptr<CommRequest> start_all_gather(const void* in, void* out, int64_t bytes,
-                                                        std::string what) = 0;
+                                                        std::string what, int lane = 0) = 0;
   virtual std::unique_ptr<CommRequest> start_barrier(std::string what) = 0;
 
+  // data (n floats) = the rank-ordered sum of every rank's data: a
+  // reduce-scatter of equal chunks (the tail padded), then an all-gather on
+  // lane 1. All-reduces in flight complete in the order they were started
+  // (each all-gather starts after the earlier ones, so every rank starts them
+  // in one order): wait on them in that order, or poll them all.
+  std::unique_ptr<CommRequest> start_allreduce_sum(float* data, int64_t n, std::string what);
+
   // Blocking helpers over the non-blocking collectives.
-  // data (n floats) = the rank-ordered sum of every rank's data.
-  void allreduce_sum(float* data, int64_t n, const std::string& what);
+  void allreduce_sum(float* data, int64_t n, const std::string& what) {
+    start_allreduce_sum(data, n, what)->wait();
+  }
   // Every rank's value, in rank order.
   template <typename T>
   std::vector<T> all_gather(T value, const std::string& what) {
@@ -107,6 +122,9 @@ class Communicator {
 
  private:
   friend class CommRequest;  // adds the seconds its wait blocked
+  class AllreduceRequest;
+  int64_t allreduces_started_ = 0;    // tickets of the all-reduces, in start order
+  int64_t allreduces_gathering_ = 0;  // how many have started their all-gather
   friend void confirm_inputs(Communicator& comm);
 
   double timeout_seconds_ = 300;

@@ -89,8 +89,13 @@ class MpiCommunicator final : public Communicator {
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    check(MPI_Comm_dup(MPI_COMM_WORLD, &lane1_), "MPI_Comm_dup");
+    MPI_Comm_set_errhandler(lane1_, MPI_ERRORS_RETURN);
   }
-  ~MpiCommunicator() override { MPI_Finalize(); }
+  ~MpiCommunicator() override {
+    MPI_Comm_free(&lane1_);
+    MPI_Finalize();
+  }
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -107,11 +112,11 @@ class MpiCommunicator final : public Communicator {
   }
 
   std::unique_ptr<CommRequest> start_all_gather(const void* in, void* out, int64_t bytes,
-                                                std::string what) override {
+                                                std::string what, int lane) override {
     auto request = std::make_unique<MpiRequest>(*this, what);
     const int count = mpi_count(bytes, what);
-    check(MPI_Iallgather(in, count, MPI_BYTE, out, count, MPI_BYTE, MPI_COMM_WORLD,
-                         request->handle()),
+    check(MPI_Iallgather(in, count, MPI_BYTE, out, count, MPI_BYTE,
+                         lane == 1 ? lane1_ : MPI_COMM_WORLD, request->handle()),
           what);
     return request;
   }
@@ -131,6 +136,7 @@ class MpiCommunicator final : public Communicator {
 
  private:
   int rank_ = 0, size_ = 1;
+  MPI_Comm lane1_ = MPI_COMM_NULL;  // the all-reduces' all-gathers
 };
 
 }  // namespace

@@ -121,7 +121,7 @@ struct JobConfig {
     int64_t data_parallel_shard_degree = 1;
   } parallelism;
   struct Comm {                          // torchtitan's [comm]: bounds on every collective's wait
-    double init_timeout_seconds = 300;   // the start-up agreement (setup may be slow)
+    double init_timeout_seconds = 300;   // the start-up agreement, and waits for a save
     double train_timeout_seconds = 100;  // each collective of a training step
   } comm;
   struct Profiling {

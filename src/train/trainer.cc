@@ -284,7 +284,7 @@ Trainer::Trainer(const JobConfig& config, const Setup& setup, Session& session, 
       session_(session),
       loader_(loader),
       comm_(comm),
-      data_parallel_(comm),
+      data_parallel_(comm, session.state),
       validator_(validator),
       start_step_(start_step),
       peak_(device_peak(config, threads)),
@@ -300,6 +300,8 @@ Trainer::Trainer(const JobConfig& config, const Setup& setup, Session& session, 
       inputs_(loader.batch_size() * config.training.seq_len),
       targets_(inputs_.size()) {
   session_.executor.set_profiling(profile_);
+  if (data_parallel_.ranks() > 1)
+    session_.executor.set_step_observer([this](const Step& step) { data_parallel_.on_step(step); });
   // Metrics go straight to their final path, one flushed line per logged
   // step, so a killed run keeps what it logged; a resumed run appends.
   if (!config.metrics.jsonl_path.empty() && leads())
@@ -330,7 +332,7 @@ bool Trainer::train_step(int64_t step) {
   session_.allocator.reset_peak();
   double loss =
       session_.executor.run(Batch{inputs.data(), data_parallel_.local_rows(targets_).data()});
-  if (data_parallel_.ranks() > 1) loss = data_parallel_.reduce(state, loss);
+  if (data_parallel_.ranks() > 1) loss = data_parallel_.reduce(loss);
   const double grad_norm = clip_grad_norm(state, config_.training.max_norm);
   // Checked before the optimizer, so the weights stay those of the last
   // good step and no NaN reaches a checkpoint.
@@ -438,15 +440,23 @@ void Trainer::report_divergence(int64_t step, double loss, double grad_norm) con
 
 // A resumable checkpoint, with what it records about this run (RunRecord).
 void Trainer::save(int64_t step) const {
-  if (!leads()) return;  // the replicas hold the same state
-  const auto& t = config_.training;
-  RunRecord r;
-  r.steps = t.steps;
-  r.local_batch_size = t.local_batch_size;
-  r.seq_len = t.seq_len;
-  r.windows = loader_.num_windows();
-  r.next_window = loader_.position();
-  save_checkpoint(checkpoint_path(config_, step), session_.state, step, true, r.metadata());
+  if (leads()) {  // the replicas hold the same state
+    const auto& t = config_.training;
+    RunRecord r;
+    r.steps = t.steps;
+    r.local_batch_size = t.local_batch_size;
+    r.seq_len = t.seq_len;
+    r.windows = loader_.num_windows();
+    r.next_window = loader_.position();
+    save_checkpoint(checkpoint_path(config_, step), session_.state, step, true, r.metadata());
+  }
+  // The other ranks wait for the save here, under the start-up bound: writing
+  // a large checkpoint may take longer than a step's collectives may wait.
+  if (data_parallel_.ranks() > 1) {
+    comm_.set_timeout(config_.comm.init_timeout_seconds);
+    comm_.barrier("wait for rank 0's checkpoint save");
+    comm_.set_timeout(config_.comm.train_timeout_seconds);
+  }
 }
 
 int Trainer::finish(int64_t step, bool diverged, int signal) const {
@@ -462,7 +472,7 @@ int Trainer::finish(int64_t step, bool diverged, int signal) const {
     std::printf("checkpoint written to %s\n", checkpoint_path(config_, step).c_str());
   }
   if (data_parallel_.ranks() > 1) {
-    data_parallel_.check_replicas(session_.state, "at the end");
+    data_parallel_.check_replicas("at the end");
     print_communication();
   }
   print_memory(step);

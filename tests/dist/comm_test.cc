@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -40,6 +41,34 @@ TEST(Comm, AllreduceIsTheRankOrderedSumOnEveryRank) {
           << "n " << n << " element " << i;
     }
   }
+}
+
+// Many all-reduces in flight, driven together while the ranks' timing
+// differs (as the trainer's per-block all-reduces are): their reduce-scatters
+// finish in any order, yet each rank must start their all-gathers in one
+// order, and every result is still the rank-ordered sum.
+TEST(Comm, AllreducesInFlightCompleteWhateverTheTiming) {
+  Communicator& comm = world();
+  std::vector<std::vector<float>> buffers;
+  std::vector<std::unique_ptr<CommRequest>> requests;
+  for (int k = 0; k < 24; ++k) {
+    const int64_t n = 1 + (k * 7919) % 5000;  // sizes that do and do not divide
+    buffers.emplace_back(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i)
+      buffers.back()[static_cast<size_t>(i)] = contribution(comm.rank(), i + k);
+    requests.push_back(comm.start_allreduce_sum(buffers.back().data(), n, "test all-reduce"));
+    // Rank 1 falls behind now and then: rank 0 sees other completions first.
+    if (comm.rank() == 1 && k % 5 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  for (bool all_done = false; !all_done;) {
+    all_done = true;
+    for (int k = static_cast<int>(requests.size()) - 1; k >= 0; --k)  // latest first
+      all_done = requests[static_cast<size_t>(k)]->poll() && all_done;
+  }
+  for (size_t k = 0; k < buffers.size(); ++k)
+    for (size_t i = 0; i < buffers[k].size(); ++i)
+      ASSERT_EQ(buffers[k][i], ordered_sum(comm.size(), static_cast<int64_t>(i + k)))
+          << "all-reduce " << k << " element " << i;
 }
 
 TEST(Comm, ReduceScatterGivesEachRankItsChunk) {

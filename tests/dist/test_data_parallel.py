@@ -17,7 +17,8 @@ writes every step's loss and grad_norm to metrics.jsonl (full doubles):
     run (the oracle test's small llama3): validation loss within 1e-5;
  6. every 2-rank run ends with its replicas checked equal (remat compares a
     checksum of every rank's parameters and MoE expert_bias, and fails
-    otherwise) and prints the peak of each rank.
+    otherwise) and prints the peak of each rank, which `remat plan` with the
+    same settings predicts to the byte.
 Exit 0 only if everything holds.
 """
 
@@ -89,6 +90,16 @@ def against_single_process(remat, tmp, config):
     peaks = re.search(r"memory per rank: allocator peak bytes rank 0 ([\d,]+), rank 1 ([\d,]+)",
                       out)
     check(f"{config}: each rank's peak is printed", peaks is not None)
+    # Replicas hold what one process holds at the local batch: `remat plan`
+    # with the run's settings predicts each rank's allocator peak exactly.
+    plan = json.loads(run([remat, "plan", "--config", os.path.join(REPO, "configs", config),
+                           *COMMON, "--training.local_batch_size", "2",
+                           "--parallelism.data_parallel_replicate_degree", "2", "--json"],
+                          "remat plan"))
+    predicted = plan["configured"]["peak_bytes"]
+    measured = [int(p.replace(",", "")) for p in peaks.groups()] if peaks else []
+    check(f"{config}: each rank's peak is the plan's", measured == [predicted] * 2,
+          f"predicted {predicted:,}, measured {measured}")
     return two
 
 
