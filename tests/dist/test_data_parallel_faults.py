@@ -18,7 +18,8 @@ which rank and why, and never hang.
     dataset file): every rank exits 2, rank 1's message printed once, no
     metrics file written;
  6. the degree against the ranks: 2 ranks with replicate degree 1, and one
-    process with replicate degree 2, exit 2 saying what to set.
+    process with replicate degree 2, exit 2 saying what to set; so does
+    `remat plan` under 2 ranks (only train runs under mpirun).
 Exit 0 only if everything holds.
 """
 
@@ -179,6 +180,8 @@ def main():
         bad_input(remat, tmp, "2 ranks, replicate degree 1",
                   two + train_args(remat, tmp, "--training.steps", "1"),
                   "parallelism.data_parallel_replicate_degree = 1, but the run has 2 ranks")
+        bad_input(remat, tmp, "`remat plan` under 2 ranks",
+                  two + [remat, "plan", "--config", CONFIG], "runs in one process")
         bad_input(remat, tmp, "1 process, replicate degree 2",
                   train_args(remat, tmp, "--training.steps", "1",
                              "--parallelism.data_parallel_replicate_degree", "2"),
