@@ -43,8 +43,16 @@ DataParallel::DataParallel(Communicator& comm, ModelState& state)
       state_(state),
       block_of_param_(state.program->params.size(), -1),
       started_(state.program->params.size(), false) {
-  for (const Node& node : state.program->nodes)
-    for (ParamId p : node.params) block_of_param_[p] = node.block;
+  // A parameter that nodes of several blocks share gets gradients until the
+  // lowest of them: it is all-reduced after the backward, with those outside
+  // the blocks.
+  std::vector<bool> seen(block_of_param_.size(), false);
+  for (const Node& node : state.program->nodes) {
+    for (ParamId p : node.params) {
+      block_of_param_[p] = seen[p] && block_of_param_[p] != node.block ? -1 : node.block;
+      seen[p] = true;
+    }
+  }
 }
 
 std::span<const int32_t> DataParallel::local_rows(std::span<const int32_t> global) const {

@@ -383,7 +383,7 @@ void Trainer::log_step(int64_t step, double loss, double grad_norm, const MoeLoa
   m.step = step;
   m.loss = loss;
   m.grad_norm = grad_norm;
-  // Under data parallelism: the largest rank's peak (print_data_parallel).
+  // Under data parallelism: the largest rank's peak (describe_data_parallel).
   m.peak_bytes = data_parallel_.ranks() > 1 ? comm_.max(window_.peak, "all-reduce of the peaks")
                                             : window_.peak;
   m.device_bytes = physical_memory_bytes();
