@@ -4,6 +4,7 @@
 #include <exception>
 #include <filesystem>
 #include <map>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,7 @@
 #include "cli/generate_command.h"
 #include "cli/tokenizer_command.h"
 #include "core/error.h"
+#include "dist/comm.h"
 #include "io/config.h"
 #include "io/tokenizer.h"
 #include "planner/pareto_output.h"
@@ -57,12 +59,16 @@ void print_startup(const JobConfig& config, FILE* out) {
   std::fflush(out);
 }
 
-int dispatch(int argc, char** argv) {
+int dispatch(int argc, char** argv, Communicator& comm) {
   std::vector<std::string> args;
   for (int i = 1; i < argc; ++i) args.push_back(argv[i]);
   if (!args.empty() && args[0] == "tokenizer")  // needs no job config
     return run_tokenizer_command({args.begin() + 1, args.end()});
   const CommandLine c = parse_command_line(args);
+  if (comm.size() > 1 && c.command != "train")
+    throw InputError("`remat " + c.command +
+                     "` runs in one process: under mpirun only `remat train` runs (run this "
+                     "command without mpirun)");
   if (c.command == "help") {
     std::fputs(kUsage, stdout);
     return 0;
@@ -71,6 +77,7 @@ int dispatch(int argc, char** argv) {
   const GenerateFlags generate =
       c.command == "generate" ? parse_generate_flags(c) : GenerateFlags{};
   JobConfig config = load_job_config(c.config_path, c.overrides);
+  comm.set_timeout(config.comm.init_timeout_seconds);
   // stdout carries only the JSON of plan --json and only the text of generate.
   FILE* notes = plan.json || c.command == "generate" ? stderr : stdout;
   // Planning reads no data: a torchtitan config naming a tokenizer that is
@@ -85,7 +92,7 @@ int dispatch(int argc, char** argv) {
   }
   resolve_tokenizer(config);
   print_startup(config, notes);
-  if (c.command == "train") return run_train(config);
+  if (c.command == "train") return run_train(config, comm);
   if (c.command == "eval") return run_eval(config);
   if (c.command == "plan") return run_plan(config, plan);
   if (c.command == "generate") return run_generate(config, generate);
@@ -93,18 +100,50 @@ int dispatch(int argc, char** argv) {
   return run_dump_gradients(config, c.extra.at("tokens"), c.extra.at("out"));
 }
 
+// Bad input: exit status 2, the message printed once (dist/comm.h). Under
+// mpirun before the inputs are agreed, by the lowest rank that saw bad
+// input; after, the job ends on this rank's word.
+int input_failure(Communicator& comm, const std::string& message) {
+  std::fflush(stdout);
+  if (comm.size() > 1 && comm.inputs_confirmed()) {
+    std::fprintf(stderr, "error: rank %d: %s\n", comm.rank(), message.c_str());
+    comm.abort(2);
+  }
+  if (comm.size() == 1 || reject_inputs(comm)) std::fprintf(stderr, "error: %s\n", message.c_str());
+  return 2;
+}
+
+// Anything else ends the whole job: a rank that returned alone would leave
+// its peers waiting in a collective.
+int failure(Communicator& comm, const char* kind, const std::string& message) {
+  std::fflush(stdout);
+  const std::string rank = comm.size() > 1 ? "rank " + std::to_string(comm.rank()) + ": " : "";
+  std::fprintf(stderr, "%s%s%s\n", kind, rank.c_str(), message.c_str());
+  if (comm.size() > 1) comm.abort(1);
+  return 1;
+}
+
 }  // namespace
 
 int run_cli(int argc, char** argv) {
   try {
-    return dispatch(argc, argv);
-  } catch (const InputError& e) {
-    std::fflush(stdout);
+    Communicator& comm = world();
+    // One rank speaks for the job on stdout; errors keep stderr on every rank.
+    if (comm.rank() > 0 && !std::freopen("/dev/null", "w", stdout))
+      throw std::runtime_error("cannot silence stdout on rank " + std::to_string(comm.rank()));
+    try {
+      return dispatch(argc, argv, comm);
+    } catch (const InputsRejected&) {
+      return 2;  // the rank that saw the bad input printed it
+    } catch (const InputError& e) {
+      return input_failure(comm, e.what());
+    } catch (const CommError& e) {
+      return failure(comm, "error: ", e.what());  // its message names the rank
+    } catch (const std::exception& e) {
+      return failure(comm, "internal error: ", e.what());
+    }
+  } catch (const std::exception& e) {  // MPI could not start
     std::fprintf(stderr, "error: %s\n", e.what());
-    return 2;
-  } catch (const std::exception& e) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "internal error: %s\n", e.what());
     return 1;
   }
 }

@@ -57,7 +57,6 @@ constexpr ForeignKey kTorchtitanOnly[] = {
     {"metrics", "save_tb_folder", 's', "not built", ""},
     {"metrics", "enable_wandb", 'b', "not built", "false"},
     {"training", "compile", 'b', "GPU-only", "false"},
-    {"parallelism", "data_parallel_replicate_degree", 'i', "not built", "1"},
     {"parallelism", "fsdp_reshard_after_forward", 's', "not built", "\"default\""},
     {"parallelism", "tensor_parallel_degree", 'i', "not built", "1"},
     {"parallelism", "enable_async_tensor_parallel", 'b', "GPU-only", "false"},
@@ -149,7 +148,10 @@ std::vector<Field> fields_of(JobConfig& c) {
       REMAT_FIELD(validation, dataset),
       REMAT_FIELD(validation, freq),
       REMAT_FIELD(validation, steps),
+      REMAT_FIELD(parallelism, data_parallel_replicate_degree),
       REMAT_FIELD(parallelism, data_parallel_shard_degree),
+      REMAT_FIELD(comm, init_timeout_seconds),
+      REMAT_FIELD(comm, train_timeout_seconds),
       REMAT_FIELD(memory, limit),
       REMAT_FIELD(profiling, enable_profiling),
       REMAT_FIELD(profiling, save_traces_folder),
@@ -882,6 +884,11 @@ void validate_other_sections(const JobConfig& c, Validator& v) {
                 c.parallelism.data_parallel_shard_degree == -1,
             "parallelism.data_parallel_shard_degree",
             "an integer >= 1, or -1 (torchtitan's every rank left: 1 on this engine)");
+  v.require(c.parallelism.data_parallel_replicate_degree >= 1,
+            "parallelism.data_parallel_replicate_degree",
+            "an integer >= 1 (the ranks of mpirun -np that each hold a full replica)");
+  v.require(c.comm.init_timeout_seconds > 0, "comm.init_timeout_seconds", "seconds > 0");
+  v.require(c.comm.train_timeout_seconds > 0, "comm.train_timeout_seconds", "seconds > 0");
   v.require(c.training.mixed_precision_param == "float32" ||
                 c.training.mixed_precision_param == "bfloat16",
             "training.mixed_precision_param", "\"float32\" or \"bfloat16\"");

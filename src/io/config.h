@@ -116,10 +116,17 @@ struct JobConfig {
     int64_t steps = -1;  // -1: the whole file
   } validation;
   struct Parallelism {
-    // torchtitan's -1 ("every rank left") is resolved when loading: this
-    // engine runs one process, so it becomes 1.
+    // Ranks that each hold a full replica and all-reduce the gradients.
+    int64_t data_parallel_replicate_degree = 1;
+    // torchtitan's -1 ("every rank left") is resolved when loading to 1;
+    // under mpirun the trainer checks the product of the degrees against
+    // the number of ranks.
     int64_t data_parallel_shard_degree = 1;
   } parallelism;
+  struct Comm {                          // torchtitan's [comm]: bounds on every collective's wait
+    double init_timeout_seconds = 300;   // the start-up agreement, and waits for a save
+    double train_timeout_seconds = 100;  // each collective of a training step
+  } comm;
   struct Profiling {
     // The per-op time profile at the end of train, and every profile_freq
     // steps a Chrome/Perfetto trace of that step under

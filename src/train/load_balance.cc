@@ -58,6 +58,13 @@ int update_expert_bias(ModelState& state, float coeff) {
   });
 }
 
+std::vector<Tensor*> expert_counts(ModelState& state) {
+  std::vector<Tensor*> counts;
+  for_each_router(*state.program,
+                  [&](ParamId, ParamId counts_id) { counts.push_back(&state.params[counts_id]); });
+  return counts;
+}
+
 void reset_expert_counts(ModelState& state) {
   for_each_router(*state.program, [&](ParamId, ParamId counts_id) {
     Tensor& counts = state.params[counts_id];

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "runtime/model_state.h"
 
@@ -24,6 +25,10 @@ std::string format_moe_load(const MoeLoad& load);
 // delta = coeff * sign(mean(counts) - counts), centred to zero mean;
 // expert_bias += delta; counts = 0. Returns the number of MoE layers updated.
 int update_expert_bias(ModelState& state, float coeff = 1e-3f);
+// Every MoE layer's tokens_per_expert buffer, in program order: data
+// parallelism sums them over the ranks before update_expert_bias, so every
+// rank moves its bias the same way.
+std::vector<Tensor*> expert_counts(ModelState& state);
 // counts = 0 without touching the bias: a forward pass that is not training
 // (validation) leaves no trace in the next step's update.
 void reset_expert_counts(ModelState& state);

@@ -9,9 +9,9 @@
 namespace remat {
 
 std::string profile_trace_path(const std::string& dump_folder, const std::string& traces_folder,
-                               int64_t step) {
+                               int64_t step, int rank) {
   return (std::filesystem::path(dump_folder) / traces_folder /
-          ("iteration_" + std::to_string(step)) / "rank0_trace.json")
+          ("iteration_" + std::to_string(step)) / ("rank" + std::to_string(rank) + "_trace.json"))
       .string();
 }
 

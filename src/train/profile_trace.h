@@ -11,10 +11,10 @@
 
 namespace remat {
 
-// Where torchtitan puts the trace of `step`:
-// dump_folder/save_traces_folder/iteration_<step>/rank0_trace.json.
+// Where torchtitan puts rank `rank`'s trace of `step`:
+// dump_folder/save_traces_folder/iteration_<step>/rank<rank>_trace.json.
 std::string profile_trace_path(const std::string& dump_folder, const std::string& traces_folder,
-                               int64_t step);
+                               int64_t step, int rank);
 
 // Writes the trace of the executor's last run (profiling must have been on)
 // through a temporary file and a rename, creating the folders.

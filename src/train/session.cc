@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "ac/schedule.h"
+#include "dist/comm.h"
 #include "kernels/cpu/kernels.h"
 
 namespace remat {
@@ -17,7 +18,9 @@ Session::Session(const Setup& setup, bool with_gradients)
 
 int configure_threads(const JobConfig& config) {
   int threads = static_cast<int>(config.training.threads);
-  if (threads == 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  // 0: the cores, shared by the ranks of an MPI job on this machine.
+  if (threads == 0)
+    threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / local_ranks());
   cpu::set_num_threads(threads);
   return threads;
 }

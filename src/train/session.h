@@ -22,7 +22,8 @@ struct Session {
   Executor executor;
 };
 
-// Sets the kernels' thread count from training.threads (0: one per core);
+// Sets the kernels' thread count from training.threads (0: one per core,
+// shared by the ranks of an MPI job on this machine);
 // returns it.
 int configure_threads(const JobConfig& config);
 

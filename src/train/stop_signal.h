@@ -21,8 +21,6 @@ class StopSignals {
 
   // The first signal received (SIGINT or SIGTERM), or 0.
   int received() const;
-  // 128 + received(): the exit status of an interrupted run.
-  int exit_status() const { return 128 + received(); }
   static const char* name(int signal);
 
  private:

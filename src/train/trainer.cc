@@ -26,6 +26,7 @@
 #include "planner/plan_command.h"
 #include "planner/setup.h"
 #include "train/checkpoint.h"
+#include "train/data_parallel.h"
 #include "train/load_balance.h"
 #include "train/lr_schedule.h"
 #include "train/memory_snapshot.h"
@@ -238,29 +239,36 @@ struct MetricsWindow {
 // every validation.freq steps when given a validator.
 class Trainer {
  public:
+  // `loader` reads the global batch (data_parallel.h); this rank trains on
+  // its rows.
   Trainer(const JobConfig& config, const Setup& setup, Session& session, BatchLoader& loader,
-          Validator* validator, int64_t start_step, int threads);
+          Validator* validator, int64_t start_step, int threads, Communicator& comm);
   // Returns the exit status: 0, 1 when a step's loss or gradient norm is not
   // finite, 128 + the signal when stopped by SIGINT or SIGTERM.
   int train();
 
  private:
   bool train_step(int64_t step);
-  double run_executor(int64_t step);
+  double run_executor(int64_t step, const Batch& batch);
+  int agreed_stop(const StopSignals& stop) const;
   void record_step(int64_t tokens);
   void log_step(int64_t step, double loss, double grad_norm, const MoeLoad& moe);
   void validate(int64_t step);
   void sample(int64_t step);
   void report_divergence(int64_t step, double loss, double grad_norm) const;
   void save(int64_t step) const;
-  int finish(int64_t step, bool diverged, const StopSignals& stop) const;
+  int finish(int64_t step, bool diverged, int signal) const;
   void print_memory(int64_t step) const;
+  void print_communication() const;
+  bool leads() const { return comm_.rank() == 0; }  // writes files for the run
   void print_profile(int64_t step) const;
 
   const JobConfig& config_;
   const Setup& setup_;
   Session& session_;
   BatchLoader& loader_;
+  Communicator& comm_;
+  DataParallel data_parallel_;
   Validator* const validator_;                   // null: no validation
   std::unique_ptr<Tokenizer> sample_tokenizer_;  // null: metrics.sample_freq = 0
   const int64_t start_step_;
@@ -270,23 +278,28 @@ class Trainer {
   // time went, per phase and op, at the end.
   const bool profile_ =
       config_.profiling.enable_profiling || std::getenv("REMAT_PROFILE") != nullptr;
-  // torchtitan's coloured log line, on a terminal only.
-  const bool color_ = !config_.metrics.disable_color_printing && isatty(STDOUT_FILENO);
+  // torchtitan's coloured log line, on a terminal only (under mpirun the
+  // rank's stdout is mpirun's pseudo-terminal whatever mpirun writes to).
+  const bool color_ =
+      !config_.metrics.disable_color_printing && isatty(STDOUT_FILENO) && !comm_.launched_by_mpi();
   const LrSchedule lr_;
   const AdamWConfig adamw_;
-  std::vector<int32_t> inputs_, targets_;
+  std::vector<int32_t> inputs_, targets_;  // the global batch
   LineLog metrics_log_;
   MetricsWindow window_;
   int64_t run_peak_ = 0;  // the allocator's peak over all steps
+  Clock::time_point train_start_;
   std::map<std::string, double> profile_seconds_;
 };
 
 Trainer::Trainer(const JobConfig& config, const Setup& setup, Session& session, BatchLoader& loader,
-                 Validator* validator, int64_t start_step, int threads)
+                 Validator* validator, int64_t start_step, int threads, Communicator& comm)
     : config_(config),
       setup_(setup),
       session_(session),
       loader_(loader),
+      comm_(comm),
+      data_parallel_(comm, session.state),
       validator_(validator),
       start_step_(start_step),
       peak_(device_peak(config, threads)),
@@ -299,14 +312,16 @@ Trainer::Trainer(const JobConfig& config, const Setup& setup, Session& session, 
           config.training.steps},
       adamw_{config.optimizer.beta1, config.optimizer.beta2, config.optimizer.eps,
              config.optimizer.weight_decay},
-      inputs_(config.training.local_batch_size * config.training.seq_len),
+      inputs_(loader.batch_size() * config.training.seq_len),
       targets_(inputs_.size()) {
   session_.executor.set_profiling(profile_);
   if (config.metrics.sample_freq > 0)
     sample_tokenizer_ = make_tokenizer(config.model.tokenizer, setup.model.summary.vocab_size);
+  if (data_parallel_.ranks() > 1)
+    session_.executor.set_step_observer([this](const Step& step) { data_parallel_.on_step(step); });
   // Metrics go straight to their final path, one flushed line per logged
   // step, so a killed run keeps what it logged; a resumed run appends.
-  if (!config.metrics.jsonl_path.empty())
+  if (!config.metrics.jsonl_path.empty() && leads())
     metrics_log_ = LineLog(config.metrics.jsonl_path, "metrics.jsonl_path",
                            /*append=*/!config.checkpoint.load.empty());
 }
@@ -314,12 +329,14 @@ Trainer::Trainer(const JobConfig& config, const Setup& setup, Session& session, 
 int Trainer::train() {
   StopSignals stop;
   window_ = MetricsWindow{};  // the first window starts with the first step
+  train_start_ = window_.start;
   int64_t step = start_step_;
   bool diverged = false;
-  while (step < config_.training.steps && !stop.received() && !diverged) {
+  int signal = 0;
+  while (step < config_.training.steps && !(signal = agreed_stop(stop)) && !diverged) {
     diverged = !train_step(++step);
   }
-  return finish(step, diverged, stop);
+  return finish(step, diverged, signal);
 }
 
 // One step, as llm.c and torchtitan write it. Returns false when the loss or
@@ -327,12 +344,16 @@ int Trainer::train() {
 bool Trainer::train_step(int64_t step) {
   ModelState& state = session_.state;
   loader_.next(inputs_, targets_);
+  const std::span<const int32_t> inputs = data_parallel_.local_rows(inputs_);
   state.zero_gradients();
   session_.allocator.reset_peak();
-  const double loss = run_executor(step);
+  double loss =
+      run_executor(step, Batch{inputs.data(), data_parallel_.local_rows(targets_).data()});
+  if (data_parallel_.ranks() > 1) loss = data_parallel_.reduce(loss);
   if (profile_ && step % config_.profiling.profile_freq == 0) {
     write_profile_trace(
-        profile_trace_path(config_.job.dump_folder, config_.profiling.save_traces_folder, step),
+        profile_trace_path(config_.job.dump_folder, config_.profiling.save_traces_folder, step,
+                           comm_.rank()),
         setup_.program(), session_.executor, step);
   }
   const double grad_norm = clip_grad_norm(state, config_.training.max_norm);
@@ -344,7 +365,7 @@ bool Trainer::train_step(int64_t step) {
     update_expert_bias(state);
     adamw_step(state, adamw_, lr_.at(step), step);
   }
-  record_step(static_cast<int64_t>(inputs_.size()));
+  record_step(static_cast<int64_t>(inputs.size()));
   if (diverged || step % config_.metrics.log_freq == 0 || step == start_step_ + 1 ||
       step == config_.training.steps) {
     log_step(step, loss, grad_norm, moe);
@@ -361,10 +382,9 @@ bool Trainer::train_step(int64_t step) {
 
 // Forward and backward on this step's batch. With
 // profiling.enable_memory_snapshot the run's first step is measured as it
-// runs and written as a memory timeline.
-double Trainer::run_executor(int64_t step) {
-  const Batch batch{inputs_.data(), targets_.data()};
-  if (!config_.profiling.enable_memory_snapshot || step != start_step_ + 1)
+// runs and written as a memory timeline (by rank 0 under mpirun).
+double Trainer::run_executor(int64_t step, const Batch& batch) {
+  if (!config_.profiling.enable_memory_snapshot || step != start_step_ + 1 || !leads())
     return session_.executor.run(batch);
   double loss = 0;
   const TimelineSeries measured{"measured", setup_.ac.plan.description,
@@ -377,6 +397,14 @@ double Trainer::run_executor(int64_t step) {
   std::printf("memory snapshot of step %lld written to %s\n", static_cast<long long>(step),
               path.c_str());
   return loss;
+}
+
+// The signal that stops the run at this step boundary, or 0. Every rank
+// stops at the same boundary: a signal one rank received stops them all
+// (ranks > 1: one small collective per step).
+int Trainer::agreed_stop(const StopSignals& stop) const {
+  if (data_parallel_.ranks() == 1) return stop.received();
+  return static_cast<int>(comm_.max(stop.received(), "agreement on stopping"));
 }
 
 void Trainer::record_step(int64_t tokens) {
@@ -398,7 +426,9 @@ void Trainer::log_step(int64_t step, double loss, double grad_norm, const MoeLoa
   m.step = step;
   m.loss = loss;
   m.grad_norm = grad_norm;
-  m.peak_bytes = window_.peak;
+  // Under data parallelism: the largest rank's peak (describe_data_parallel).
+  m.peak_bytes = data_parallel_.ranks() > 1 ? comm_.max(window_.peak, "all-reduce of the peaks")
+                                            : window_.peak;
   m.device_bytes = physical_memory_bytes();
   m.tokens_per_second = static_cast<double>(window_.tokens) / seconds;
   m.model_flops_per_second = m.tokens_per_second * static_cast<double>(flops_per_token_);
@@ -407,9 +437,14 @@ void Trainer::log_step(int64_t step, double loss, double grad_norm, const MoeLoa
   peak_.raise_to(m.hardware_flops_per_second, step);
   m.peak_flops = peak_.flops;
   m.lr = lr_.at(step);
-  const std::string moe_text = format_moe_load(moe);
-  std::printf("%s%s%s\n", format_log_line(m, color_).c_str(), moe_text.empty() ? "" : "  ",
-              moe_text.c_str());
+  std::string extra = format_moe_load(moe);
+  if (data_parallel_.ranks() > 1) {
+    const double global_tps = m.tokens_per_second * data_parallel_.ranks();
+    extra = "global tps: " + with_thousands(static_cast<int64_t>(global_tps + 0.5)) +
+            (extra.empty() ? "" : "  " + extra);
+  }
+  std::printf("%s%s%s\n", format_log_line(m, color_).c_str(), extra.empty() ? "" : "  ",
+              extra.c_str());
   std::fflush(stdout);
   if (metrics_log_.is_open()) {
     metrics_log_.write_line(metrics_json(
@@ -460,18 +495,26 @@ void Trainer::report_divergence(int64_t step, double loss, double grad_norm) con
 
 // A resumable checkpoint, with what it records about this run (RunRecord).
 void Trainer::save(int64_t step) const {
-  const auto& t = config_.training;
-  RunRecord r;
-  r.steps = t.steps;
-  r.local_batch_size = t.local_batch_size;
-  r.seq_len = t.seq_len;
-  r.windows = loader_.num_windows();
-  r.next_window = loader_.position();
-  save_checkpoint(checkpoint_path(config_, step), session_.state, step, true, r.metadata());
+  if (leads()) {  // the replicas hold the same state
+    const auto& t = config_.training;
+    RunRecord r;
+    r.steps = t.steps;
+    r.local_batch_size = t.local_batch_size;
+    r.seq_len = t.seq_len;
+    r.windows = loader_.num_windows();
+    r.next_window = loader_.position();
+    save_checkpoint(checkpoint_path(config_, step), session_.state, step, true, r.metadata());
+  }
+  // The other ranks wait for the save here, under the start-up bound: writing
+  // a large checkpoint may take longer than a step's collectives may wait.
+  if (data_parallel_.ranks() > 1) {
+    comm_.set_timeout(config_.comm.init_timeout_seconds);
+    comm_.barrier("wait for rank 0's checkpoint save");
+    comm_.set_timeout(config_.comm.train_timeout_seconds);
+  }
 }
 
-int Trainer::finish(int64_t step, bool diverged, const StopSignals& stop) const {
-  const int signal = stop.received();
+int Trainer::finish(int64_t step, bool diverged, int signal) const {
   if (signal) {
     std::printf("interrupted by %s: stopping after step %lld\n", StopSignals::name(signal),
                 static_cast<long long>(step));
@@ -483,13 +526,17 @@ int Trainer::finish(int64_t step, bool diverged, const StopSignals& stop) const 
     save(step);
     std::printf("checkpoint written to %s\n", checkpoint_path(config_, step).c_str());
   }
+  if (data_parallel_.ranks() > 1) {
+    data_parallel_.check_replicas("at the end");
+    print_communication();
+  }
   print_memory(step);
   if (profile_) print_profile(step);
   if (diverged) return 1;
   if (signal) {
-    std::printf("exit status %d: interrupted run (128 + %s)\n", stop.exit_status(),
+    std::printf("exit status %d: interrupted run (128 + %s)\n", 128 + signal,
                 StopSignals::name(signal));
-    return stop.exit_status();
+    return 128 + signal;
   }
   return 0;
 }
@@ -497,6 +544,13 @@ int Trainer::finish(int64_t step, bool diverged, const StopSignals& stop) const 
 // What memory.limit bounds (the allocator's books) next to what the
 // operating system saw (README "What memory.limit bounds").
 void Trainer::print_memory(int64_t step) const {
+  if (data_parallel_.ranks() > 1) {
+    const std::vector<int64_t> peaks = comm_.all_gather(run_peak_, "all-gather of the peaks");
+    std::string text;
+    for (size_t r = 0; r < peaks.size(); ++r)
+      text += (r ? ", rank " : "rank ") + std::to_string(r) + " " + with_thousands(peaks[r]);
+    std::printf("memory per rank: allocator peak bytes %s\n", text.c_str());
+  }
   const int64_t rss = process_peak_rss_bytes();
   if (step <= start_step_ || rss <= 0) return;
   // The allocator never returns a freed buffer to malloc (it caches it for
@@ -509,6 +563,23 @@ void Trainer::print_memory(int64_t step) const {
       format_bytes(run_peak_).c_str(), with_thousands(run_peak_).c_str(),
       format_bytes(reserved).c_str(), with_thousands(reserved).c_str(), format_bytes(rss).c_str(),
       with_thousands(rss).c_str(), format_bytes(rss - run_peak_).c_str());
+}
+
+// How long each rank waited in collectives: the communication not hidden
+// behind compute (bench/data_parallel.py reads this line).
+void Trainer::print_communication() const {
+  const double seconds = std::chrono::duration<double>(Clock::now() - train_start_).count();
+  const std::vector<double> waits =
+      comm_.all_gather(comm_.wait_seconds(), "all-gather of the wait times");
+  std::string text;
+  for (size_t r = 0; r < waits.size(); ++r) {
+    char part[64];
+    std::snprintf(part, sizeof part, "%srank %zu %.3f s (%.1f%%)", r ? ", " : "", r, waits[r],
+                  100.0 * waits[r] / seconds);
+    text += part;
+  }
+  std::printf("communication: waited in collectives %s of %.3f s of training\n", text.c_str(),
+              seconds);
 }
 
 void Trainer::print_profile(int64_t step) const {
@@ -541,8 +612,10 @@ void print_validation(const JobConfig& config, const Setup& setup, const Validat
 
 }  // namespace
 
-int run_train(const JobConfig& config) {
+int run_train(const JobConfig& config, Communicator& comm) {
   const auto& t = config.training;
+  check_data_parallel_degrees(config, comm);
+  const bool leads = comm.rank() == 0;  // the rank that writes files
   const Setup setup = make_setup(config, t.local_batch_size, Pass::kTraining);
   print_setup(config, setup);
   const bool seed_only = config.checkpoint.create_seed_checkpoint;
@@ -563,16 +636,19 @@ int run_train(const JobConfig& config) {
   std::optional<ValidationPlan> validation_plan;
   if (validates) validation_plan = plan_validation(config);
   const int threads = configure_threads(config);
-  if (writes_checkpoints) {
+  if (writes_checkpoints && leads) {
     create_folders(checkpoint_folder(config), "checkpoint.folder");
     remove_stale_checkpoint_temporaries(config);
   }
 
   Session session(setup, /*with_gradients=*/!seed_only);
   const int64_t start_step = initialize_state(config, session.state, /*with_optimizer=*/!seed_only);
-  if (seed_only) return write_seed_checkpoint(config, session.state);
+  confirm_inputs(comm);
+  comm.set_timeout(config.comm.train_timeout_seconds);
+  if (seed_only) return leads ? write_seed_checkpoint(config, session.state) : 0;
   std::printf("dataset: %s\n", data.description.c_str());
-  BatchLoader loader(std::move(data.tokens), t.local_batch_size, t.seq_len,
+  if (comm.size() > 1) std::printf("%s\n", describe_data_parallel(config, comm).c_str());
+  BatchLoader loader(std::move(data.tokens), t.local_batch_size * comm.size(), t.seq_len,
                      t.dataset_path.empty() ? t.dataset : t.dataset_path);
   if (start_step > 0) {
     loader.set_position(resume_data_position(config, saved_run, start_step, loader.num_windows()));
@@ -583,7 +659,7 @@ int run_train(const JobConfig& config) {
                                             std::move(validation_data));
     print_validation(config, setup, *validator);
   }
-  Trainer trainer(config, setup, session, loader, validator.get(), start_step, threads);
+  Trainer trainer(config, setup, session, loader, validator.get(), start_step, threads, comm);
   return trainer.train();
 }
 

@@ -4,6 +4,7 @@
 // InputError before anything is allocated or any output file is touched.
 #pragma once
 
+#include "dist/comm.h"
 #include "io/config.h"
 
 namespace remat {
@@ -11,6 +12,8 @@ namespace remat {
 // Trains (or, with checkpoint.create_seed_checkpoint, writes the step-0
 // checkpoint); returns the exit status: 0, 1 when a step's loss or gradient
 // norm is not finite, 128 + the signal when stopped by SIGINT or SIGTERM.
-int run_train(const JobConfig& config);
+// Under mpirun, every rank of `comm` calls it (train/data_parallel.h); the
+// inputs are agreed (confirm_inputs) before the first step.
+int run_train(const JobConfig& config, Communicator& comm);
 
 }  // namespace remat

@@ -593,5 +593,24 @@ TEST(Config, ResolvedConfigPrintsAsTomlThatReadsBack) {
   EXPECT_EQ(parse(toml).optimizer.lr, 3e-4);
 }
 
+// Data parallelism under mpirun: the replicate degree and torchtitan's
+// [comm] timeouts are checked like any key (the trainer checks the degrees
+// against the ranks).
+TEST(Config, DataParallelKeys) {
+  const JobConfig c = parse("[parallelism]\ndata_parallel_replicate_degree = 2\n",
+                            {"--comm.train_timeout_seconds", "5"});
+  EXPECT_EQ(c.parallelism.data_parallel_replicate_degree, 2);
+  EXPECT_EQ(c.comm.train_timeout_seconds, 5);
+  EXPECT_EQ(c.comm.init_timeout_seconds, 300);
+  EXPECT_EQ(format_ignored_keys(c), "");
+  for (const char* bad : {"--parallelism.data_parallel_replicate_degree=0",
+                          "--comm.init_timeout_seconds=0", "--comm.train_timeout_seconds=-1"}) {
+    const std::string e = error_of_overrides({bad});
+    const std::string key = std::string(bad).substr(2, std::string(bad).find('=') - 2);
+    EXPECT_NE(e.find(key), std::string::npos) << bad << " -> " << e;
+    EXPECT_NE(e.find("expected"), std::string::npos) << e;
+  }
+}
+
 }  // namespace
 }  // namespace remat
