@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/progress.h"
 
 namespace remat {
 
@@ -106,7 +107,9 @@ std::string read_regular_file(const std::string& path, const std::string& what,
   }
   std::string text;
   char buffer[1 << 16];
+  Progress progress("reading " + path, static_cast<int64_t>(st.st_size), ProgressUnit::kBytes);
   while (true) {
+    progress.update(static_cast<int64_t>(text.size()));
     const ssize_t n = ::read(fd, buffer, sizeof buffer);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {

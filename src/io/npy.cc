@@ -18,6 +18,7 @@
 #include <system_error>
 
 #include "core/error.h"
+#include "core/progress.h"
 #include "io/files.h"
 
 namespace remat {
@@ -278,8 +279,10 @@ std::vector<int32_t> read_npy_tokens(const std::string& path) {
   // Read in chunks so a large token file costs one int32 copy, not two.
   constexpr int64_t kChunkItems = 1 << 18;
   std::vector<char> chunk(static_cast<size_t>(std::min(count, kChunkItems) * item_size));
+  Progress progress("reading " + path, count * item_size, ProgressUnit::kBytes);
   for (int64_t first = 0; first < count; first += kChunkItems) {
     const int64_t n = std::min(kChunkItems, count - first);
+    progress.update(first * item_size);
     in.read(chunk.data(), n * item_size);
     if (in.gcount() != n * item_size)
       fail(path, "truncated data: read failed at token " + std::to_string(first));
