@@ -153,10 +153,12 @@ void gemm_native(bool ta, int64_t m, const bf16* a, int64_t lda, const PreparedB
   }
 }
 
-// X (rows x cols as stored) widened to fp32.
-void widen_matrix(const bf16* x, int64_t ld, int64_t rows, int64_t cols, std::vector<float>& out) {
+// X (rows x cols as stored) widened to fp32; `parallel` only where no team
+// is running already (never inside a row chunk: a nested team spins).
+void widen_matrix(const bf16* x, int64_t ld, int64_t rows, int64_t cols, std::vector<float>& out,
+                  bool parallel) {
   out.resize(static_cast<size_t>(rows * cols));
-#pragma omp parallel for schedule(static) if (rows * cols >= detail::kParallelMin)
+#pragma omp parallel for schedule(static) if (parallel && rows * cols >= detail::kParallelMin)
   for (int64_t i = 0; i < rows; ++i) {
     const bf16* src = x + i * ld;
     float* dst = out.data() + i * cols;
@@ -168,7 +170,7 @@ void gemm_fallback(bool ta, int64_t m, const bf16* a, int64_t lda, const Prepare
                    float* c, int64_t ldc) {
   thread_local std::vector<float> a32;
   const int64_t k = b.k, n = b.n;
-  widen_matrix(a, lda, ta ? k : m, ta ? m : k, a32);  // A is stored [m, k] or [k, m]
+  widen_matrix(a, lda, ta ? k : m, ta ? m : k, a32, false);  // A is stored [m, k] or [k, m]
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, b.trans ? CblasTrans : CblasNoTrans, m,
               n, k, 1.0f, a32.data(), ta ? m : k, b.wide.data(), b.trans ? k : n, beta, c, ldc);
 }
@@ -214,7 +216,7 @@ void prepare_b(Bf16Gemm gemm, bool trans_b, int64_t k, int64_t n, const bf16* b,
   if (gemm == Bf16Gemm::kNative) {
     pack_b_all(b, ldb, trans_b, k, n, out.packed);
   } else {
-    widen_matrix(b, ldb, trans_b ? n : k, trans_b ? k : n, out.wide);  // B is [k, n] or [n, k]
+    widen_matrix(b, ldb, trans_b ? n : k, trans_b ? k : n, out.wide, true);  // [k, n] or [n, k]
   }
 }
 

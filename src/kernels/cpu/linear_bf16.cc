@@ -45,7 +45,9 @@ void linear_bf16_forward(const bf16* x, const bf16* w, bool weight_in_out, int64
     thread_local std::vector<float> acc;
     acc.resize(static_cast<size_t>((r1 - r0) * n));
     gemm_bf16_prepared(false, r1 - r0, x + r0 * k, k, prepared, 0.0f, acc.data(), n);
-    narrow_to_bf16(acc.data(), (r1 - r0) * n, static_cast<bf16*>(y) + r0 * n);
+    // Not narrow_to_bf16: its own team would nest inside this chunk's.
+    bf16* out = static_cast<bf16*>(y) + r0 * n;
+    for (int64_t i = 0; i < (r1 - r0) * n; ++i) out[i] = to_bf16(acc[i]);
   });
 }
 
