@@ -40,18 +40,27 @@ inline uint32_t pair(bf16 lo, bf16 hi) {
 
 // Rows [0, m) of op(A), k-values [p0, p0 + kc), as tiles of kMr rows:
 // word (tile t, pair q, row r) at (t * pairs + q) * kMr + r; zero padded.
+// Reads run along A's stored rows: along k for A, along m for A^T (the
+// weight gradient's dy^T, where walking k would stride a whole row).
 void pack_a(const bf16* a, int64_t lda, bool trans, int64_t m, int64_t p0, int64_t kc,
             uint32_t* out) {
   const int64_t pairs = (kc + 1) / 2;
   for (int64_t t = 0; t * kMr < m; ++t) {
     uint32_t* tile = out + t * pairs * kMr;
-    for (int64_t r = 0; r < kMr; ++r) {
-      const int64_t i = t * kMr + r;
+    const int64_t rows = std::min(kMr, m - t * kMr);
+    if (rows < kMr) std::memset(tile, 0, sizeof(uint32_t) * pairs * kMr);
+    if (trans) {
       for (int64_t q = 0; q < pairs; ++q) {
-        const int64_t j = p0 + 2 * q;
-        const bf16 lo = i < m ? at(a, lda, trans, i, j) : 0;
-        const bf16 hi = i < m && 2 * q + 1 < kc ? at(a, lda, trans, i, j + 1) : 0;
-        tile[q * kMr + r] = pair(lo, hi);
+        const bf16* lo = a + (p0 + 2 * q) * lda + t * kMr;
+        const bf16* hi = 2 * q + 1 < kc ? lo + lda : nullptr;
+        for (int64_t r = 0; r < rows; ++r) tile[q * kMr + r] = pair(lo[r], hi ? hi[r] : 0);
+      }
+    } else {
+      for (int64_t r = 0; r < rows; ++r) {
+        const bf16* row = a + (t * kMr + r) * lda + p0;
+        for (int64_t q = 0; q < pairs; ++q) {
+          tile[q * kMr + r] = pair(row[2 * q], 2 * q + 1 < kc ? row[2 * q + 1] : 0);
+        }
       }
     }
   }
