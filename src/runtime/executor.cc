@@ -113,7 +113,6 @@ void Executor::forward(const Node& node, int32_t index, bool recompute, const Ba
   const bool bf16 = runs_bf16(node);
   OpBuffers b;
   std::vector<Tensor> staged;  // fp32 copies of bf16 values, for this step only
-  staged.reserve(node.inputs.size() + node.outputs.size());
   for (ValueId in : node.inputs) {
     if (!values_[in].defined()) {
       throw std::logic_error("executor: " + program_.values[in].name + " is not live at " + label_);
