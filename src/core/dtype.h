@@ -9,7 +9,7 @@ namespace remat {
 enum class DType : uint8_t {
   kF32,   // activations, parameters, gradients, optimizer state
   kI32,   // token ids
-  kBF16,  // declared for mixed precision; no kernel takes it yet
+  kBF16,  // mixed precision: activations and matmul operands (graph/program.h)
 };
 
 constexpr int64_t dtype_size(DType dtype) {

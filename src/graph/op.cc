@@ -42,7 +42,7 @@ constexpr OpInfo kOpTable[] = {
      .output_shapes = [](const OpAttrs& a) -> std::vector<Shape> {
        return {{a.rows, a.dim}, {a.rows}};
      },
-     .flops = no_flops, .workspace_bytes = no_workspace},
+     .flops = no_flops, .workspace_bytes = no_workspace, .fp32_outputs = 0b10},
     {.kind = OpKind::kLinear, .name = "linear", .op_class = OpClass::kMatmul,
      .num_inputs = 1, .num_outputs = 1, .saved_inputs = 0b1, .saved_outputs = 0b0,
      .grad_in_place_of_input0 = false, .outputs_always_kept = false,
@@ -73,7 +73,8 @@ constexpr OpInfo kOpTable[] = {
          [](const OpAttrs& a) {
            return bytes_of(cpu::attention_backward_workspace_floats(a.batch, a.seq, a.heads),
                            DType::kF32);
-         }},
+         },
+     .fp32_outputs = 0b10},
     {.kind = OpKind::kSiluMul, .name = "silu_mul", .op_class = OpClass::kOther,
      .num_inputs = 2, .num_outputs = 1, .saved_inputs = 0b11, .saved_outputs = 0b0,
      .grad_in_place_of_input0 = false, .outputs_always_kept = false,
@@ -89,7 +90,8 @@ constexpr OpInfo kOpTable[] = {
      .grad_in_place_of_input0 = true, .outputs_always_kept = false,
      .output_suffixes = {":out", ":lse"},
      .output_shapes = [](const OpAttrs& a) -> std::vector<Shape> { return {{1}, {a.rows}}; },
-     .flops = no_flops, .workspace_bytes = no_workspace},
+     .flops = no_flops, .workspace_bytes = no_workspace, .fp32_outputs = 0b11,
+     .fp32_inputs = 0b1},
     {.kind = OpKind::kMoeRoute, .name = "moe_route", .op_class = OpClass::kOther,
      .num_inputs = 1, .num_outputs = 2, .saved_inputs = 0b1, .saved_outputs = 0b10,
      .grad_in_place_of_input0 = false, .outputs_always_kept = true,
@@ -97,7 +99,7 @@ constexpr OpInfo kOpTable[] = {
      .output_shapes = [](const OpAttrs& a) -> std::vector<Shape> {
        return {{a.rows, a.top_k}, {a.rows, a.top_k}};
      },
-     .flops = no_flops, .workspace_bytes = no_workspace},
+     .flops = no_flops, .workspace_bytes = no_workspace, .fp32_outputs = 0b11},
     {.kind = OpKind::kMoeDispatch, .name = "moe_dispatch", .op_class = OpClass::kOther,
      .num_inputs = 3, .num_outputs = 3, .saved_inputs = 0b011, .saved_outputs = 0b100,
      .grad_in_place_of_input0 = false, .outputs_always_kept = false,
@@ -105,7 +107,7 @@ constexpr OpInfo kOpTable[] = {
      .output_shapes = [](const OpAttrs& a) -> std::vector<Shape> {
        return {{a.rows * a.top_k, a.dim}, {a.experts + 1}, {a.rows * a.top_k}};
      },
-     .flops = no_flops, .workspace_bytes = no_workspace},
+     .flops = no_flops, .workspace_bytes = no_workspace, .fp32_outputs = 0b110},
     {.kind = OpKind::kGroupedLinear, .name = "grouped_linear", .op_class = OpClass::kMatmul,
      .num_inputs = 2, .num_outputs = 1, .saved_inputs = 0b11, .saved_outputs = 0b0,
      .grad_in_place_of_input0 = false, .outputs_always_kept = false,

@@ -104,6 +104,12 @@ struct OpInfo {
   int64_t (*flops)(const OpAttrs&);
   // Scratch the backward kernel needs, in bytes (accounted as temporaries).
   int64_t (*workspace_bytes)(const OpAttrs&);
+  // Under bf16 compute (Program::compute_dtype), the outputs and inputs
+  // (bitmasks as above) that stay fp32: statistics (rstd, lse), the loss and
+  // its input, routing decisions and exact-float indices. Every other value
+  // is stored in the compute dtype.
+  uint32_t fp32_outputs = 0;
+  uint32_t fp32_inputs = 0;
 };
 
 const OpInfo& op_info(OpKind kind);

@@ -26,4 +26,18 @@ std::vector<int32_t> Program::consumers(ValueId v) const {
   return result;
 }
 
+void set_compute_dtype(Program& program, DType dtype) {
+  program.compute_dtype = dtype;
+  for (Value& v : program.values) v.dtype = dtype;
+  for (const Node& node : program.nodes) {
+    const OpInfo& info = op_info(node.kind);
+    for (size_t o = 0; o < node.outputs.size(); ++o) {
+      if (info.fp32_outputs >> o & 1u) program.values[node.outputs[o]].dtype = DType::kF32;
+    }
+    for (size_t i = 0; i < node.inputs.size(); ++i) {
+      if (info.fp32_inputs >> i & 1u) program.values[node.inputs[i]].dtype = DType::kF32;
+    }
+  }
+}
+
 }  // namespace remat

@@ -65,10 +65,19 @@ struct Program {
   int64_t batch = 0;
   int64_t seq = 0;
   ValueId loss = -1;  // a [1] value holding the mean loss
+  // The dtype of activations and matmul operands (set_compute_dtype).
+  DType compute_dtype = DType::kF32;
 
   int64_t num_parameters() const;
   // Nodes that consume value v, in execution order.
   std::vector<int32_t> consumers(ValueId v) const;
 };
+
+// Mixed precision (training.mixed_precision_param = "bfloat16"): every
+// value takes `dtype` except those the op table keeps in fp32
+// (OpInfo::fp32_outputs, fp32_inputs), so every byte count, the planner's
+// included, follows from the values' dtypes. Parameters stay fp32 (master
+// weights); runtime/executor.h says how kernels see the values.
+void set_compute_dtype(Program& program, DType dtype);
 
 }  // namespace remat

@@ -48,7 +48,7 @@ BudgetProblem budget_problem(const Program& program, const PlannerOptions& optio
   const Plan reference = make_reference_plan(program);
   const Schedule schedule = make_schedule(program, reference, /*with_backward=*/true);
   return make_budget_problem(program, schedule, replay_levels(program, reference, options),
-                             activation_scale(options), cost);
+                             booking_scale(program, options), cost);
 }
 
 OpCost cost_model_from_config(const JobConfig& config, const Program& program, std::string* note) {

@@ -40,7 +40,7 @@ std::string explain_plan(const Program& program, const Plan& plan, const Planner
   }
   const Schedule schedule = make_schedule(program, plan, /*with_backward=*/true);
   const std::vector<bool> live = live_at(program, schedule, peak_step);
-  const double scale = activation_scale(planner);
+  const double scale = booking_scale(program, planner);
 
   // Needed values: saved by a backward, or read by a re-run op.
   std::vector<bool> needed(program.values.size(), false);

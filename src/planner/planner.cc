@@ -39,10 +39,7 @@ struct UnitBooker {
   void on_step(const Step& step) {
     const int32_t unit = program.nodes[step.node].block;
     const bool backward = step.kind != Step::Kind::kForward;
-    // Forward and backward gathers differ, except outside the blocks (unit
-    // -1, key -1 both ways): the output's weights stay gathered from the end
-    // of the forward into the start of the backward.
-    const int32_t key = backward ? -unit - 2 : unit;
+    const int32_t key = gather_unit(program, step);
     if (key == current_unit) return;
     current_unit = key;
     gathered_params.reset();
@@ -79,7 +76,7 @@ Prediction replay(const Program& program, const Plan& plan, const PlannerOptions
                   const ReplayWatch* watch, bool with_backward = true) {
   Allocator allocator(/*counting_only=*/true);
   const double shard = 1.0 / static_cast<double>(options.shard_degree);
-  const double act = activation_scale(options);
+  const double act = booking_scale(program, options);
   // The bookings of the executor's temporaries and activations are in its
   // fp32 elements; the gathered weights are booked in elements already
   // scaled to the compute dtype, so temporaries share the activation scale.
@@ -88,9 +85,11 @@ Prediction replay(const Program& program, const Plan& plan, const PlannerOptions
   ModelState state(program, allocator, /*with_gradients=*/true);
   state.ensure_optimizer_state();
   Executor executor(program, make_schedule(program, plan, with_backward), allocator, state);
-  // A single unsharded fp32 device computes on its weights in place; any
-  // other set-up works on a gathered (and possibly cast) copy of each unit.
-  const bool gathered = options.shard_degree > 1 || options.bf16_compute;
+  // A single unsharded device computes on its weights in place (in bf16,
+  // the executor books its own copies); a priced set-up works on a gathered
+  // (and possibly cast) copy of each unit.
+  const bool typed = program.compute_dtype != DType::kF32;
+  const bool gathered = options.shard_degree > 1 || (options.bf16_compute && !typed);
   UnitBooker booker{program, allocator, (options.bf16_compute ? 2.0 : 4.0) / act,
                     act,     gathered,  std::nullopt,
                     {},      {}};
@@ -123,6 +122,10 @@ Prediction replay(const Program& program, const Plan& plan, const PlannerOptions
 }  // namespace
 
 double activation_scale(const PlannerOptions& options) { return options.bf16_compute ? 0.5 : 1.0; }
+
+double booking_scale(const Program& program, const PlannerOptions& options) {
+  return program.compute_dtype == DType::kF32 ? activation_scale(options) : 1.0;
+}
 
 Prediction predict(const Program& program, const Plan& plan, const PlannerOptions& options) {
   return replay(program, plan, options, nullptr);

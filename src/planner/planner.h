@@ -3,10 +3,16 @@
 // allocator (no tensor is allocated, no kernel runs). What the executor would
 // book, the planner books: the prediction for the CPU engine is exact.
 //
-// It can also price set-ups the CPU engine does not run: bf16 compute with
-// fp32 master state, and FSDP/ZeRO-3 sharding of parameters, gradients and
-// optimizer state over N ranks (with the unsharded copy of the unit in
-// flight), for the per-device memory of a GPU run.
+// bf16 on the CPU engine needs nothing of its own here: its program carries
+// bf16 dtypes (graph/program.h) and the executor allocates the bf16 weight
+// copies and fp32 staging it uses (runtime/executor.h), so the replay books
+// them exactly as the run does.
+//
+// It can also price set-ups the CPU engine does not run: FSDP/ZeRO-3
+// sharding of parameters, gradients and optimizer state over N ranks (with
+// the unsharded copy of the unit in flight), with bf16 compute priced by a
+// booking scale on the fp32 program (activations and temporaries x0.5, the
+// gathered weights in bf16), for the per-device memory of a GPU run.
 #pragma once
 
 #include <cstdint>
@@ -66,8 +72,12 @@ struct TimelineSample {
 std::vector<TimelineSample> replay_timeline(const Program& program, const Plan& plan,
                                             const PlannerOptions& options);
 
-// The booking scale of activations and temporaries (bf16: 0.5).
+// The booking scale of activations and temporaries that prices bf16 on an
+// fp32 program (bf16: 0.5).
 double activation_scale(const PlannerOptions& options);
+// The scale a replay of `program` books with: 1 for a program that carries
+// its compute dtype (its bytes are real), else activation_scale(options).
+double booking_scale(const Program& program, const PlannerOptions& options);
 
 // The AC modes `remat plan` compares: none, full, selective 2, op (threshold
 // 0), op with the configured threshold and filter, op (threshold 1e50).

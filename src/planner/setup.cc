@@ -7,6 +7,10 @@
 
 namespace remat {
 
+bool runs_bf16(const JobConfig& config, const PlannerOptions& planner) {
+  return config.training.mixed_precision_param == "bfloat16" && planner.shard_degree <= 1;
+}
+
 AcChoice choose_ac_plan(const JobConfig& config, const Program& program,
                         const PlannerOptions& planner) {
   AcChoice c;
@@ -30,6 +34,7 @@ AcChoice choose_ac_plan(const JobConfig& config, const Program& program,
 
 Setup make_setup(const JobConfig& config, int64_t batch, Pass pass, const PlannerOptions& planner) {
   Setup s{build_model(config.model, batch, config.training.seq_len), pass, AcChoice{}};
+  if (runs_bf16(config, planner)) set_compute_dtype(s.model.program, DType::kBF16);
   if (pass == Pass::kTraining) {
     s.ac = choose_ac_plan(config, s.model.program, planner);
   } else {

@@ -42,6 +42,13 @@ struct Setup {
   const Program& program() const { return model.program; }
 };
 
+// Whether the setup's program is built in bf16 (Program::compute_dtype):
+// mixed_precision_param "bfloat16" on the CPU engine, one rank. A sharded
+// set-up is priced for a device engine this build does not have: its
+// program stays fp32 and the planner prices bf16 with a booking scale
+// (planner.h).
+bool runs_bf16(const JobConfig& config, const PlannerOptions& planner);
+
 // InputError for a model the config does not describe, or a plan that cannot
 // be made. `planner` is the set-up the plan is solved for (the CPU engine's
 // by default; `remat plan` passes the configured devices).

@@ -26,6 +26,12 @@
 namespace remat {
 
 // The buffers of one op call. Pointers are the start of a tensor's bytes.
+// Under bf16 compute (Program::compute_dtype) an op whose kernels take bf16
+// (Backend::takes_bf16) is handed bf16 buffers through the same pointers:
+// its activations as the program stores them, the bf16 copies of its
+// weights and a bf16 copy of the gradient of its output; the dtypes below
+// say which. Gradients it accumulates into (inputs, parameters) are fp32.
+// Every other op sees fp32 only (the executor widens and narrows around it).
 struct OpBuffers {
   std::vector<const float*> inputs;
   std::vector<float*> outputs;
@@ -43,6 +49,10 @@ struct OpBuffers {
   float* workspace = nullptr;          // workspace_bytes(node) bytes
   const int32_t* tokens = nullptr;
   const int32_t* targets = nullptr;
+  // Element types of inputs, outputs, params and grad_output (empty: all f32).
+  std::vector<DType> input_dtypes, output_dtypes;
+  DType param_dtype = DType::kF32;
+  DType grad_output_dtype = DType::kF32;
 };
 
 // torch.optim.AdamW's hyperparameters for one step; `step` counts from 1.
@@ -68,6 +78,13 @@ class Backend {
   // t.bytes() bytes between the tensor and host memory.
   virtual void copy_to_host(const Tensor& src, void* dst) = 0;
   virtual void copy_from_host(const void* src, Tensor& dst) = 0;
+
+  // dst = src rounded to dst's dtype (f32 <-> bf16, same numel): bf16.h's
+  // rounding. The default goes through host copies; a backend whose memory
+  // the host cannot address should convert in place.
+  virtual void convert(const Tensor& src, Tensor& dst);
+  // Whether the kernels of `kind` take bf16 buffers (see OpBuffers).
+  virtual bool takes_bf16(OpKind /*kind*/) const { return false; }
 
   // Runs one op; returns the loss for the loss op, 0 otherwise.
   virtual double forward(const Node& node, const OpBuffers& buffers) = 0;

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "kernels/cpu/bf16.h"
 #include "kernels/cpu/kernels.h"
 #include "runtime/backend.h"
 #include "runtime/cpu_ops.h"
@@ -30,6 +31,22 @@ class CpuBackend final : public Backend {
   }
   void copy_from_host(const void* src, Tensor& dst) override {
     if (dst.raw()) std::memcpy(dst.raw(), src, static_cast<size_t>(dst.bytes()));
+  }
+
+  void convert(const Tensor& src, Tensor& dst) override {
+    if (src.numel() != dst.numel()) throw std::logic_error("cpu convert: tensors differ in numel");
+    if (src.raw() == nullptr) return;
+    if (src.dtype() == DType::kF32 && dst.dtype() == DType::kBF16) {
+      cpu::narrow_to_bf16(src.data(), src.numel(), static_cast<cpu::bf16*>(dst.raw()));
+    } else if (src.dtype() == DType::kBF16 && dst.dtype() == DType::kF32) {
+      cpu::widen_from_bf16(static_cast<const cpu::bf16*>(src.raw()), src.numel(), dst.data());
+    } else {
+      copy(src, dst);
+    }
+  }
+  // The matmuls: bf16 operands, fp32 accumulation (kernels/cpu/bf16.h).
+  bool takes_bf16(OpKind kind) const override {
+    return kind == OpKind::kLinear || kind == OpKind::kGroupedLinear;
   }
 
   double forward(const Node& node, const OpBuffers& buffers) override {

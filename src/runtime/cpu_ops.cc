@@ -3,6 +3,7 @@
 #include <iterator>
 #include <stdexcept>
 
+#include "kernels/cpu/bf16.h"
 #include "kernels/cpu/kernels.h"
 
 namespace remat {
@@ -17,6 +18,13 @@ struct CpuKernels {
 
 using A = const OpAttrs&;
 using B = const OpBuffers&;
+
+// A bf16 buffer travels as the same pointer (OpBuffers).
+const cpu::bf16* bf16_in(const float* p) { return reinterpret_cast<const cpu::bf16*>(p); }
+bool bf16_call(B b) { return b.param_dtype == DType::kBF16; }
+bool bf16_output(B b, size_t i) {
+  return i < b.output_dtypes.size() && b.output_dtypes[i] == DType::kBF16;
+}
 
 // Indexed by OpKind (checked at compile time). A backward's b.inputs are the
 // saved values in op.h's order; the comments name them.
@@ -41,7 +49,10 @@ constexpr CpuKernels kCpuKernels[] = {
      }},
     {OpKind::kLinear,
      [](A a, B b) {
-       if (a.weight_in_out) {
+       if (bf16_call(b)) {
+         cpu::linear_bf16_forward(bf16_in(b.inputs[0]), bf16_in(b.params[0]), a.weight_in_out, a.m,
+                                  a.k, a.n, b.outputs[0], bf16_output(b, 0));
+       } else if (a.weight_in_out) {
          cpu::linear_in_out_forward(b.inputs[0], b.params[0], a.m, a.k, a.n, b.outputs[0]);
        } else {
          cpu::linear_forward(b.inputs[0], b.params[0], a.m, a.k, a.n, b.outputs[0]);
@@ -49,7 +60,11 @@ constexpr CpuKernels kCpuKernels[] = {
        return 0.0;
      },
      [](A a, B b) {  // saved: x
-       if (a.weight_in_out) {
+       if (bf16_call(b)) {
+         cpu::linear_bf16_backward(bf16_in(b.grad_output), bf16_in(b.inputs[0]),
+                                   bf16_in(b.params[0]), a.weight_in_out, a.m, a.k, a.n,
+                                   b.grad_inputs[0], b.grad_params[0]);
+       } else if (a.weight_in_out) {
          cpu::linear_in_out_backward(b.grad_output, b.inputs[0], b.params[0], a.m, a.k, a.n,
                                      b.grad_inputs[0], b.grad_params[0]);
        } else {
@@ -134,13 +149,25 @@ constexpr CpuKernels kCpuKernels[] = {
      }},
     {OpKind::kGroupedLinear,
      [](A a, B b) {
-       cpu::grouped_linear_forward(b.inputs[0], b.inputs[1], b.params[0], a.experts, a.m, a.k, a.n,
-                                   b.outputs[0]);
+       if (bf16_call(b)) {
+         cpu::grouped_linear_bf16_forward(bf16_in(b.inputs[0]), b.inputs[1], bf16_in(b.params[0]),
+                                          a.experts, a.k, a.n,
+                                          reinterpret_cast<cpu::bf16*>(b.outputs[0]));
+       } else {
+         cpu::grouped_linear_forward(b.inputs[0], b.inputs[1], b.params[0], a.experts, a.m, a.k,
+                                     a.n, b.outputs[0]);
+       }
        return 0.0;
      },
      [](A a, B b) {  // saved: rows, offsets. The offsets get no gradient.
-       cpu::grouped_linear_backward(b.grad_output, b.inputs[0], b.inputs[1], b.params[0], a.experts,
-                                    a.m, a.k, a.n, b.grad_inputs[0], b.grad_params[0]);
+       if (bf16_call(b)) {
+         cpu::grouped_linear_bf16_backward(bf16_in(b.grad_output), bf16_in(b.inputs[0]),
+                                           b.inputs[1], bf16_in(b.params[0]), a.experts, a.k, a.n,
+                                           b.grad_inputs[0], b.grad_params[0]);
+       } else {
+         cpu::grouped_linear_backward(b.grad_output, b.inputs[0], b.inputs[1], b.params[0],
+                                      a.experts, a.m, a.k, a.n, b.grad_inputs[0], b.grad_params[0]);
+       }
      }},
     {OpKind::kMoeCombine,
      [](A a, B b) {

@@ -5,6 +5,11 @@
 
 namespace remat {
 
+int32_t gather_unit(const Program& program, const Step& step) {
+  const int32_t block = program.nodes[step.node].block;
+  return step.kind == Step::Kind::kForward ? block : -block - 2;
+}
+
 Executor::Executor(const Program& program, Schedule schedule, Allocator& allocator,
                    ModelState& state)
     : program_(program),
@@ -13,16 +18,48 @@ Executor::Executor(const Program& program, Schedule schedule, Allocator& allocat
       state_(state),
       backend_(*state.backend),
       values_(program.values.size()),
-      grads_(program.values.size()) {}
+      grads_(program.values.size()),
+      weight_copies_(program.params.size()) {}
 
 Tensor& Executor::grad_of(ValueId v) {
   Tensor& g = grads_[v];
   if (!g.defined()) {
-    const Value& value = program_.values[v];
-    g = Tensor(*allocator_, value.shape, MemoryCategory::kTemporaries, value.dtype);
-    backend_.zero(g);  // backward kernels accumulate
+    // fp32 whatever the value's dtype: backward kernels accumulate into it.
+    g = Tensor(*allocator_, program_.values[v].shape, MemoryCategory::kTemporaries, DType::kF32);
+    backend_.zero(g);
   }
   return g;
+}
+
+bool Executor::runs_bf16(const Node& node) const {
+  return program_.compute_dtype == DType::kBF16 && backend_.takes_bf16(node.kind);
+}
+
+const float* Executor::kernel_input(const Tensor& value, bool bf16_kernel,
+                                    std::vector<Tensor>& staged, std::vector<DType>& dtypes) {
+  if (value.dtype() != DType::kBF16 || bf16_kernel) {
+    dtypes.push_back(value.dtype());
+    return value.data();
+  }
+  staged.emplace_back(*allocator_, value.shape(), MemoryCategory::kTemporaries, DType::kF32);
+  if (!dry_run()) backend_.convert(value, staged.back());
+  dtypes.push_back(DType::kF32);
+  return staged.back().data();
+}
+
+const float* Executor::weight(ParamId p, bool bf16_kernel) {
+  if (!bf16_kernel) return state_.params[p].data();
+  Tensor& copy = weight_copies_[p];
+  if (!copy.defined()) {
+    copy =
+        Tensor(*allocator_, program_.params[p].shape, MemoryCategory::kTemporaries, DType::kBF16);
+    if (!dry_run()) backend_.convert(state_.params[p], copy);
+  }
+  return copy.data();
+}
+
+void Executor::release_weight_copies() {
+  for (Tensor& t : weight_copies_) t.reset();
 }
 
 void Executor::release_values() {
@@ -40,6 +77,10 @@ double Executor::run(const Batch& batch) {
     label_ = std::string(to_string(step.kind)) + " " + node.fqn;
     allocator_->set_label(label_);
     if (observer_) observer_(step);
+    if (const int32_t unit = gather_unit(program_, step); unit != weight_unit_) {
+      release_weight_copies();
+      weight_unit_ = unit;
+    }
     const Clock::time_point start = Clock::now();
     switch (step.kind) {
       case Step::Kind::kForward:
@@ -55,6 +96,7 @@ double Executor::run(const Batch& batch) {
     for (ValueId v : step.free_after) values_[v].reset();
     if (profiling_) record_time(step, run_start, start);
   }
+  release_weight_copies();  // the optimizer changes the masters before the next run
   allocator_->set_label({});
   return loss_;
 }
@@ -76,32 +118,39 @@ void Executor::record_time(const Step& step, std::chrono::steady_clock::time_poi
 }
 
 void Executor::forward(const Node& node, int32_t index, bool recompute, const Batch& batch) {
+  const bool bf16 = runs_bf16(node);
   OpBuffers b;
+  std::vector<Tensor> staged;  // fp32 copies of bf16 values, for this step only
   for (ValueId in : node.inputs) {
     if (!values_[in].defined()) {
       throw std::logic_error("executor: " + program_.values[in].name + " is not live at " + label_);
     }
-    b.inputs.push_back(values_[in].data());
+    b.inputs.push_back(kernel_input(values_[in], bf16, staged, b.input_dtypes));
   }
   for (ParamId p : node.params) {
-    b.params.push_back(state_.params[p].data());
+    b.params.push_back(weight(p, bf16));
     b.mutable_params.push_back(state_.params[p].data());
   }
+  b.param_dtype = bf16 ? DType::kBF16 : DType::kF32;
   b.is_recompute = recompute;
   // A recompute may rebuild an output that is still live (a node with one
   // kept and one dropped output): that copy goes to scratch and is dropped.
-  std::vector<Tensor> scratch;
+  std::vector<Tensor> outputs;
+  std::vector<std::pair<size_t, size_t>> narrow;  // (staged, output) pairs
   for (ValueId out : node.outputs) {
     const bool kept = !recompute && schedule_.keep[out];
     const MemoryCategory category =
         kept ? MemoryCategory::kActivations : MemoryCategory::kTemporaries;
     const Value& value = program_.values[out];
-    Tensor t(*allocator_, value.shape, category, value.dtype);
-    b.outputs.push_back(t.data());
-    if (values_[out].defined()) {
-      scratch.push_back(std::move(t));
+    outputs.emplace_back(*allocator_, value.shape, category, value.dtype);
+    if (value.dtype == DType::kBF16 && !bf16) {
+      staged.emplace_back(*allocator_, value.shape, MemoryCategory::kTemporaries, DType::kF32);
+      narrow.emplace_back(staged.size() - 1, outputs.size() - 1);
+      b.outputs.push_back(staged.back().data());
+      b.output_dtypes.push_back(DType::kF32);
     } else {
-      values_[out] = std::move(t);
+      b.outputs.push_back(outputs.back().data());
+      b.output_dtypes.push_back(value.dtype);
     }
   }
   b.tokens = batch.inputs;
@@ -118,36 +167,55 @@ void Executor::forward(const Node& node, int32_t index, bool recompute, const Ba
     counts_.forward_matmuls += matmul;
     counts_.forward_flops += flops;
   }
-  if (dry_run()) return;
-  const double loss = backend_.forward(node, b);
-  if (node.kind == OpKind::kCrossEntropy && !recompute) loss_ = loss;
+  if (!dry_run()) {
+    const double loss = backend_.forward(node, b);
+    if (node.kind == OpKind::kCrossEntropy && !recompute) loss_ = loss;
+    for (auto [from, to] : narrow) backend_.convert(staged[from], outputs[to]);
+  }
+  for (size_t o = 0; o < node.outputs.size(); ++o) {
+    Tensor& live = values_[node.outputs[o]];
+    if (live.defined()) continue;  // scratch: dropped with `outputs`
+    live = std::move(outputs[o]);
+  }
 }
 
 void Executor::backward(const Node& node, const Batch& batch) {
+  const bool bf16 = runs_bf16(node);
   OpBuffers b;
+  std::vector<Tensor> staged;  // fp32 copies of bf16 saved values, for this step only
   for (ValueId v : saved_values(node)) {
     if (!values_[v].defined()) {
       throw std::logic_error("executor: saved value " + program_.values[v].name +
                              " is not live at " + label_);
     }
-    b.inputs.push_back(values_[v].data());
+    b.inputs.push_back(kernel_input(values_[v], bf16, staged, b.input_dtypes));
   }
   for (ParamId p : node.params) {
-    b.params.push_back(state_.params[p].data());
+    b.params.push_back(weight(p, bf16));
     b.grad_params.push_back(state_.grads[p].data());
   }
+  b.param_dtype = bf16 ? DType::kBF16 : DType::kF32;
   const OpInfo& info = op_info(node.kind);
+  Tensor grad_output;  // bf16 kernels: the output's gradient rounded to bf16
   if (info.grad_in_place_of_input0) {
     // The input's buffer becomes its gradient: no second copy exists.
     const ValueId in = node.inputs[0];
+    if (values_[in].dtype() != DType::kF32) {
+      throw std::logic_error("executor: in-place gradient of a non-fp32 value at " + label_);
+    }
     grads_[in] = std::move(values_[in]);
     grads_[in].recategorize(MemoryCategory::kTemporaries);
     b.grad_inputs.push_back(grads_[in].data());
   } else {
     for (ValueId in : node.inputs) b.grad_inputs.push_back(grad_of(in).data());
-    b.grad_output = grads_[node.outputs[0]].data();
-    if (!grads_[node.outputs[0]].defined()) {
-      throw std::logic_error("executor: no gradient reaches " + node.fqn);
+    const Tensor& dy = grads_[node.outputs[0]];
+    if (!dy.defined()) throw std::logic_error("executor: no gradient reaches " + node.fqn);
+    b.grad_output = dy.data();
+    if (bf16) {
+      grad_output = Tensor(*allocator_, dy.shape(), MemoryCategory::kTemporaries, DType::kBF16);
+      if (!dry_run()) backend_.convert(dy, grad_output);
+      b.grad_output = grad_output.data();
+      b.grad_output_dtype = DType::kBF16;
     }
   }
   Tensor workspace;

@@ -6,6 +6,22 @@
 // In dry-run mode (a counting-only allocator) no kernel runs and no memory is
 // touched: the same allocation requests are made in the same order, so the
 // allocator's books are exactly those of a real run. The planner uses that.
+//
+// bf16 compute (Program::compute_dtype, torchtitan's mixed precision): the
+// master weights, their gradients and the optimizer state stay fp32; values
+// are stored in the dtypes the program gives them (activations, kept ones
+// included, in bf16: half the bytes). Everything the executor adds for it
+// is allocated here, so the planner's replay books it too:
+//  - the bf16 copy of a weight, cast when an op whose kernels take bf16
+//    (Backend::takes_bf16: the matmuls) first reads it in the current gather
+//    unit (gather_unit), released when the unit changes and at the end of
+//    the run;
+//  - for an op whose kernels take only fp32 (norms, softmax, attention,
+//    loss, MoE routing), fp32 copies of its bf16 inputs and outputs, live
+//    for that one step: it computes in fp32 and its outputs are rounded to
+//    bf16 once, as a kernel that widens on load and rounds on store would;
+//  - for a bf16 matmul's backward, a bf16 copy of the gradient of its output.
+// Gradients of activations are fp32 and accumulate in fp32.
 #pragma once
 
 #include <chrono>
@@ -47,6 +63,12 @@ struct ExecutionCounts {
   int64_t executed_flops() const { return forward_flops + recompute_flops + backward_flops; }
 };
 
+// The unit whose weights a step reads, as FSDP gathers them: each block, in
+// the forward and (with its recompute) in the backward under distinct keys;
+// outside the blocks one key both ways (the output's weights stay from the
+// end of the forward into the start of the backward).
+int32_t gather_unit(const Program& program, const Step& step);
+
 class Executor {
  public:
   Executor(const Program& program, Schedule schedule, Allocator& allocator, ModelState& state);
@@ -77,6 +99,15 @@ class Executor {
   void forward(const Node& node, int32_t index, bool recompute, const Batch& batch);
   void backward(const Node& node, const Batch& batch);
   Tensor& grad_of(ValueId v);
+  // Whether `node` runs on bf16 buffers (see above).
+  bool runs_bf16(const Node& node) const;
+  // The buffer a kernel reads for `value`: the value itself, or (bf16 value,
+  // fp32 kernel) an fp32 copy appended to `staged`.
+  const float* kernel_input(const Tensor& value, bool bf16_kernel, std::vector<Tensor>& staged,
+                            std::vector<DType>& dtypes);
+  // The parameter a kernel reads: the fp32 master, or its bf16 copy.
+  const float* weight(ParamId p, bool bf16_kernel);
+  void release_weight_copies();
 
   const Program& program_;
   Schedule schedule_;
@@ -85,6 +116,8 @@ class Executor {
   Backend& backend_;  // the state's: every kernel runs through it
   std::vector<Tensor> values_;
   std::vector<Tensor> grads_;
+  std::vector<Tensor> weight_copies_;  // by ParamId: bf16 copies in the current unit
+  int32_t weight_unit_ = 0;
   ExecutionCounts counts_;
   std::string label_;
   double loss_ = 0;

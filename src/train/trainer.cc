@@ -22,6 +22,7 @@
 #include "io/files.h"
 #include "io/safetensors.h"
 #include "io/tokenizer.h"
+#include "kernels/cpu/bf16.h"
 #include "kernels/cpu/kernels.h"
 #include "planner/plan_command.h"
 #include "planner/setup.h"
@@ -215,14 +216,27 @@ struct DevicePeak {
   }
 };
 
-// metrics.peak_flops, or measured on `threads` threads; prints the device line.
-DevicePeak device_peak(const JobConfig& config, int threads) {
+// metrics.peak_flops, or measured on `threads` threads with the instruction
+// the matmuls run on (bf16 MFU is stated against the bf16 dot-product peak;
+// the fallback computes in fp32); prints the device line.
+DevicePeak device_peak(const JobConfig& config, int threads, bool bf16) {
   const bool from_config = config.metrics.peak_flops > 0;
-  DevicePeak peak{from_config ? config.metrics.peak_flops : cpu::best_peak_flops(threads),
-                  from_config ? "metrics.peak_flops"
-                              : "measured: fp32 FMA on these threads, best of 5 runs of 0.05 s"};
-  std::printf("device: CPU, %d threads, peak %.1f GFLOP/s fp32 (%s), memory %s\n", threads,
-              peak.flops / 1e9, peak.source.c_str(), format_bytes(physical_memory_bytes()).c_str());
+  const bool native = bf16 && cpu::bf16_gemm() == cpu::Bf16Gemm::kNative;
+  DevicePeak peak{0, from_config ? "metrics.peak_flops"
+                     : native    ? "measured: bf16 dot products on these threads, best of 5 runs"
+                                 : "measured: fp32 FMA on these threads, best of 5 runs of 0.05 s"};
+  peak.flops = from_config ? config.metrics.peak_flops
+               : native    ? cpu::best_peak_flops_bf16(threads)
+                           : cpu::best_peak_flops(threads);
+  std::printf("device: CPU, %d threads, peak %.1f GFLOP/s %s (%s), memory %s\n", threads,
+              peak.flops / 1e9, native ? "bf16" : "fp32", peak.source.c_str(),
+              format_bytes(physical_memory_bytes()).c_str());
+  if (bf16) {
+    std::printf(
+        "mixed precision: bf16 compute and activations, fp32 master weights, gradients "
+        "and AdamW; matmuls on %s\n",
+        cpu::to_string(cpu::bf16_gemm()));
+  }
   return peak;
 }
 
@@ -302,7 +316,7 @@ Trainer::Trainer(const JobConfig& config, const Setup& setup, Session& session, 
       data_parallel_(comm, session.state),
       validator_(validator),
       start_step_(start_step),
-      peak_(device_peak(config, threads)),
+      peak_(device_peak(config, threads, setup.program().compute_dtype == DType::kBF16)),
       flops_per_token_(model_flops_per_token(setup.model.summary, config.training.seq_len)),
       lr_{config.optimizer.lr,
           config.lr_scheduler.warmup_steps,

@@ -5,7 +5,9 @@
 #pragma once
 
 #include <immintrin.h>
+#include <omp.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
@@ -24,6 +26,36 @@ constexpr int64_t kParallelMin = 1 << 15;
 float* thread_scratch(size_t floats);
 
 inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+// Rows per chunk: a function of the problem's row count only, never of the
+// thread count. OpenBLAS's sgemm rounds a row differently depending on the
+// row block it falls in (edge tiles of the NN layout take another path), so
+// slicing rows by thread count made results depend on the thread count
+// (issue 9, finding 14). Fixed chunks, shared out among threads, make every
+// row's arithmetic the same whichever thread runs it and however many there
+// are. About 16 chunks of at least 64 rows, a multiple of 16: balanced enough
+// for a few threads, and large enough that repacking the weight per chunk
+// costs little.
+inline int64_t chunk_rows(int64_t total) {
+  constexpr int64_t kTargetChunks = 8, kMinRows = 128, kAlign = 16;
+  const int64_t rows = (total + kTargetChunks - 1) / kTargetChunks;
+  return std::max(kMinRows, (rows + kAlign - 1) / kAlign * kAlign);
+}
+
+// Runs body(begin, end) on each fixed chunk of `total` rows, chunks spread
+// over the threads; small problems run their chunks on one thread.
+template <typename Body>
+void split_rows(int64_t total, int64_t work_per_row, Body body) {
+  const int64_t rows = chunk_rows(total);
+  const int64_t chunks = (total + rows - 1) / rows;
+  const int threads = num_threads();
+  const bool parallel = threads > 1 && chunks > 1 && total * work_per_row >= (1 << 18);
+#pragma omp parallel for schedule(static) num_threads(threads) if (parallel)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t begin = c * rows;
+    body(begin, std::min(total, begin + rows));
+  }
+}
 
 // Horizontal sum of 8 lanes in a fixed order.
 inline float hsum(__m256 v) {

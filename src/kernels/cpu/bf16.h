@@ -1,0 +1,106 @@
+// bf16 mixed precision on the CPU: conversions and the matmuls that take
+// bf16 operands and accumulate in fp32.
+//
+// Numerics (the same on every machine):
+//  - fp32 -> bf16 rounds to nearest, ties to even, in software (NaN stays a
+//    quiet NaN); the AVX512-BF16 conversion instruction is not used because
+//    it flushes denormals, which would make the two paths below disagree on
+//    what a stored activation is;
+//  - bf16 -> fp32 is exact.
+//
+// Matmuls: one function, gemm_bf16, behind which the implementation is
+// chosen once per process:
+//  - native: AVX512-BF16 dot products (vdpbf16ps: two bf16 products added
+//    into an fp32 lane), a packed register-blocked kernel of our own;
+//  - fallback: the operands widened to fp32 (exactly) and OpenBLAS sgemm.
+// REMAT_BF16_KERNEL=native|fallback forces one (native on a CPU without
+// avx512_bf16 is an error); otherwise native where the CPU has avx512_bf16.
+// Either is deterministic: each output element is summed over k in a fixed
+// order that depends only on the shape, never on the thread count. The two
+// paths round differently from each other (vdpbf16ps adds products in pairs
+// and flushes denormals), so bit-identity holds per path.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace remat::cpu {
+
+using bf16 = uint16_t;  // the upper half of an IEEE fp32
+
+inline float from_bf16(bf16 h) {
+  const uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  __builtin_memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+inline bf16 to_bf16(float f) {
+  uint32_t u;
+  __builtin_memcpy(&u, &f, sizeof u);
+  const bool nan = (u & 0x7fffffffu) > 0x7f800000u;
+  const uint32_t rounded = u + 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<bf16>((nan ? (u | 0x00400000u) : rounded) >> 16);
+}
+
+void narrow_to_bf16(const float* x, int64_t n, bf16* out);
+void widen_from_bf16(const bf16* x, int64_t n, float* out);
+
+enum class Bf16Gemm { kNative, kFallback };
+// The implementation gemm_bf16 uses in this process (see above); throws
+// InputError for a REMAT_BF16_KERNEL it cannot honour.
+Bf16Gemm bf16_gemm();
+const char* to_string(Bf16Gemm gemm);
+// Whether this CPU has the avx512_bf16 instructions the native path needs.
+bool cpu_has_avx512_bf16();
+
+// Row-major C[M, N] = beta * C + op(A)[M, K] @ op(B)[K, N], beta 0 or 1, on
+// the calling thread only. op(A) is A (lda >= K) or, with trans_a, the
+// transpose of A stored [K, M] (lda >= M); likewise op(B).
+void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const bf16* a,
+               int64_t lda, const bf16* b, int64_t ldb, float beta, float* c, int64_t ldc);
+// The same with a chosen implementation (tests and the microbenchmark).
+void gemm_bf16_with(Bf16Gemm gemm, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                    const bf16* a, int64_t lda, const bf16* b, int64_t ldb, float beta, float* c,
+                    int64_t ldc);
+
+// op(B)[k, n] made ready once for many row chunks of A (the linear layers
+// cut A into chunks; B, a weight or the whole activation for dw, is shared):
+// packed into the native kernel's panels, or widened to fp32. Its buffers
+// are reused by the next prepare (kernel scratch, outside the allocator's
+// books like OpenBLAS's own packing buffers).
+struct PreparedB {
+  Bf16Gemm gemm = Bf16Gemm::kFallback;
+  bool trans = false;
+  int64_t k = 0, n = 0;
+  std::vector<uint32_t> packed;  // native: bf16 pairs in panels
+  std::vector<float> wide;       // fallback: op(B) as stored, in fp32
+};
+void prepare_b(Bf16Gemm gemm, bool trans_b, int64_t k, int64_t n, const bf16* b, int64_t ldb,
+               PreparedB& out);
+// C[m, n] = beta * C + op(A) @ B on the calling thread (A as in gemm_bf16).
+void gemm_bf16_prepared(bool trans_a, int64_t m, const bf16* a, int64_t lda, const PreparedB& b,
+                        float beta, float* c, int64_t ldc);
+
+// The linear layers of kernels.h with bf16 operands (x, dy and the weight's
+// bf16 copy) and fp32 accumulation. Threaded like their fp32 versions: fixed
+// row chunks shared out among the threads, so bits never depend on the
+// thread count. Forward writes y in fp32 (y_bf16 false) or rounds it to
+// bf16; backward accumulates into fp32 dx and dw (either may be null).
+void linear_bf16_forward(const bf16* x, const bf16* w, bool weight_in_out, int64_t m, int64_t k,
+                         int64_t n, void* y, bool y_bf16);
+void linear_bf16_backward(const bf16* dy, const bf16* x, const bf16* w, bool weight_in_out,
+                          int64_t m, int64_t k, int64_t n, float* dx, float* dw);
+// grouped_linear (kernels.h) with bf16 rows, dout and weights; out in bf16.
+void grouped_linear_bf16_forward(const bf16* rows, const float* offsets, const bf16* w,
+                                 int64_t experts, int64_t k, int64_t n, bf16* out);
+void grouped_linear_bf16_backward(const bf16* dout, const bf16* rows, const float* offsets,
+                                  const bf16* w, int64_t experts, int64_t k, int64_t n,
+                                  float* drows, float* dw);
+
+// Measured bf16 dot-product throughput (FLOP/s) over `threads` threads with
+// vdpbf16ps, the best of `runs`; 0 where the CPU lacks avx512_bf16. The
+// peak that bf16 MFU is stated against.
+double best_peak_flops_bf16(int threads, int runs = 5, double seconds = 0.05);
+
+}  // namespace remat::cpu

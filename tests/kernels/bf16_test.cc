@@ -1,0 +1,155 @@
+// bf16 conversions and GEMMs (kernels/cpu/bf16.h) against an fp64 reference,
+// on both implementations: the fallback everywhere, the native AVX512-BF16
+// kernel where the CPU has it (skipped elsewhere, saying why).
+#include "kernels/cpu/bf16.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "test_util.h"
+
+namespace remat::cpu {
+namespace {
+
+using testing::random_vector;
+using testing::ThreadsGuard;
+
+std::vector<bf16> random_bf16(int64_t n, uint32_t seed) {
+  const std::vector<float> f = random_vector(n, seed);
+  std::vector<bf16> out(f.size());
+  narrow_to_bf16(f.data(), n, out.data());
+  return out;
+}
+
+TEST(Bf16Convert, RoundsToNearestEven) {
+  // 1 + 2^-8 lies halfway between bf16 1 and 1 + 2^-7: ties go to the even 1.
+  EXPECT_EQ(to_bf16(1.0f + 0x1p-8f), to_bf16(1.0f));
+  // Just above halfway rounds up; 1 + 3 * 2^-8 is halfway to an even upper neighbour.
+  EXPECT_EQ(from_bf16(to_bf16(1.0f + 0x1p-8f + 0x1p-20f)), 1.0f + 0x1p-7f);
+  EXPECT_EQ(from_bf16(to_bf16(1.0f + 3 * 0x1p-8f)), 1.0f + 0x1p-6f);
+  EXPECT_EQ(from_bf16(to_bf16(-2.5f)), -2.5f);
+  // Denormals are kept (not flushed) and rounded like any other value.
+  EXPECT_EQ(from_bf16(to_bf16(0x1p-130f)), 0x1p-130f);
+  EXPECT_TRUE(std::isnan(from_bf16(to_bf16(std::numeric_limits<float>::quiet_NaN()))));
+  EXPECT_TRUE(std::isinf(from_bf16(to_bf16(std::numeric_limits<float>::infinity()))));
+  // The largest finite floats round to infinity, as IEEE rounding does.
+  EXPECT_TRUE(std::isinf(from_bf16(to_bf16(std::numeric_limits<float>::max()))));
+}
+
+TEST(Bf16Convert, WidenIsExactAndNarrowInvertsIt) {
+  std::vector<bf16> all(1 << 16);
+  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<bf16>(i);
+  std::vector<float> wide(all.size());
+  widen_from_bf16(all.data(), static_cast<int64_t>(all.size()), wide.data());
+  std::vector<bf16> back(all.size());
+  narrow_to_bf16(wide.data(), static_cast<int64_t>(all.size()), back.data());
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (std::isnan(wide[i])) continue;
+    ASSERT_EQ(back[i], all[i]) << i;
+  }
+}
+
+// C = beta * C0 + op(A) op(B) in fp64 from the same bf16 inputs, and the
+// bound sum_k |a b| that fp32 accumulation errors scale with.
+struct Reference {
+  std::vector<double> c, magnitude;
+};
+
+Reference reference(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const std::vector<bf16>& a,
+                    const std::vector<bf16>& b, float beta, const std::vector<float>& c0) {
+  Reference r{std::vector<double>(m * n), std::vector<double>(m * n)};
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double s = beta * c0[i * n + j], mag = std::fabs(s);
+      for (int64_t p = 0; p < k; ++p) {
+        const double x = from_bf16(ta ? a[p * m + i] : a[i * k + p]);
+        const double y = from_bf16(tb ? b[j * k + p] : b[p * n + j]);
+        s += x * y;
+        mag += std::fabs(x * y);
+      }
+      r.c[i * n + j] = s;
+      r.magnitude[i * n + j] = mag;
+    }
+  }
+  return r;
+}
+
+std::vector<Bf16Gemm> available() {
+  std::vector<Bf16Gemm> g{Bf16Gemm::kFallback};
+  if (cpu_has_avx512_bf16()) g.push_back(Bf16Gemm::kNative);
+  return g;
+}
+
+// bf16 products are exact in fp32; accumulating k of them onto C in fp32
+// errs by at most (k + 1) * 2^-24 * (|C| + sum |a b|) (recursive summation,
+// first order), which each element is held to. A wrong index or a lost
+// k-block errs by O(1).
+TEST(Bf16Gemm, MatchesFp64ReferenceInEveryLayout) {
+  const int64_t shapes[][3] = {{1, 1, 1}, {13, 33, 7}, {40, 70, 513}, {97, 31, 300}};
+  for (Bf16Gemm gemm : available()) {
+    for (const auto& s : shapes) {
+      const int64_t m = s[0], n = s[1], k = s[2];
+      for (int layout = 0; layout < 8; ++layout) {
+        const bool ta = layout & 1, tb = layout & 2;
+        const float beta = layout & 4 ? 1.0f : 0.0f;
+        const std::vector<bf16> a = random_bf16(m * k, 1), b = random_bf16(k * n, 2);
+        std::vector<float> c = random_vector(m * n, 3);
+        const Reference ref = reference(ta, tb, m, n, k, a, b, beta, c);
+        gemm_bf16_with(gemm, ta, tb, m, n, k, a.data(), ta ? m : k, b.data(), tb ? k : n, beta,
+                       c.data(), n);
+        for (int64_t i = 0; i < m * n; ++i) {
+          const double tolerance = static_cast<double>(k + 1) * 0x1p-24 * ref.magnitude[i];
+          ASSERT_NEAR(c[i], ref.c[i], tolerance + 1e-30)
+              << to_string(gemm) << " m " << m << " n " << n << " k " << k << " layout " << layout;
+        }
+      }
+    }
+  }
+}
+
+TEST(Bf16Gemm, NativeKernelAvailableOrSkipped) {
+  if (!cpu_has_avx512_bf16()) GTEST_SKIP() << "this CPU has no avx512_bf16: native path untested";
+  EXPECT_EQ(bf16_gemm(), std::getenv("REMAT_BF16_KERNEL") != nullptr &&
+                                 std::string(std::getenv("REMAT_BF16_KERNEL")) == "fallback"
+                             ? Bf16Gemm::kFallback
+                             : Bf16Gemm::kNative);
+}
+
+// The linear layers split rows into chunks that depend on the shape only:
+// 1 and 2 threads give the same bits, forward and backward.
+TEST(Bf16Linear, BitIdenticalAcrossThreadCounts) {
+  const int64_t m = 1000, k = 96, n = 80;
+  const std::vector<bf16> x = random_bf16(m * k, 4), w = random_bf16(n * k, 5);
+  const std::vector<bf16> dy = random_bf16(m * n, 6);
+  auto run = [&](int threads, bool in_out) {
+    ThreadsGuard guard(threads);
+    std::vector<bf16> y(m * n);
+    std::vector<float> dx(m * k, 0.5f), dw(n * k, 0.25f);
+    linear_bf16_forward(x.data(), w.data(), in_out, m, k, n, y.data(), /*y_bf16=*/true);
+    linear_bf16_backward(dy.data(), x.data(), w.data(), in_out, m, k, n, dx.data(), dw.data());
+    std::vector<float> all(y.begin(), y.end());
+    all.insert(all.end(), dx.begin(), dx.end());
+    all.insert(all.end(), dw.begin(), dw.end());
+    return all;
+  };
+  for (bool in_out : {false, true}) EXPECT_EQ(run(1, in_out), run(2, in_out)) << in_out;
+}
+
+// The forward's bf16 output is the fp32 result rounded once.
+TEST(Bf16Linear, ForwardRoundsTheFp32ResultOnce) {
+  const int64_t m = 300, k = 64, n = 48;
+  const std::vector<bf16> x = random_bf16(m * k, 7), w = random_bf16(n * k, 8);
+  std::vector<float> y32(m * n);
+  std::vector<bf16> y16(m * n);
+  linear_bf16_forward(x.data(), w.data(), false, m, k, n, y32.data(), false);
+  linear_bf16_forward(x.data(), w.data(), false, m, k, n, y16.data(), true);
+  for (int64_t i = 0; i < m * n; ++i) ASSERT_EQ(y16[i], to_bf16(y32[i])) << i;
+}
+
+}  // namespace
+}  // namespace remat::cpu
