@@ -65,7 +65,7 @@ def budget_points(front, count):
 
 def svg(front, fixed, runs, whole):
     """x = peak GiB, y = recompute as % of a step without recompute."""
-    w, h, left, right, top, bottom = 780, 480, 70, 200, 40, 50
+    w, h, left, right, top, bottom = 840, 480, 70, 260, 40, 50
     gib = 2.0 ** 30
     xs = [p["peak_bytes"] / gib for p in front] + [r["peak"] / gib for r in runs]
     ys = [100 * p["recompute"] / whole for p in front] + [r["measured"] for r in runs] + \
