@@ -1,7 +1,8 @@
 """Data parallelism side by side, in one run on one machine: 1 process with 1
 thread against 2 ranks of `mpirun -np 2` with 1 thread each, for replicate
 (parallelism.data_parallel_replicate_degree) and shard (ZeRO-3/FSDP,
-data_parallel_shard_degree; reported as not built while training refuses it).
+data_parallel_shard_degree: parameters, gradients and AdamW state 1/2 per
+rank, each block gathered for its forward and again for its backward).
 
 Every rank trains the same local batch, so the 2-rank runs process twice the
 tokens per step (weak scaling). For each set-up and model, 2 warm-up + N timed

@@ -405,7 +405,8 @@ int run_plan(JobConfig config, const PlanCommandOptions& options) {
 void check_run_fits(const JobConfig& config, const Setup& setup) {
   const auto& t = config.training;
   const int64_t available = available_memory(config);
-  PlannerOptions cpu;  // the CPU engine: fp32, one rank
+  PlannerOptions cpu;  // the CPU engine: fp32, one rank or sharded over the ranks
+  cpu.shard_degree = config.parallelism.data_parallel_shard_degree;
   const BuiltModel& model = setup.model;
   const AcOptions configured = ac_options_from_config(config);
   const Prediction p = predict(model.program, setup.ac.plan, cpu);

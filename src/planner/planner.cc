@@ -3,16 +3,19 @@
 #include <algorithm>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 
 #include "runtime/executor.h"
+#include "runtime/sharded_state.h"
 
 namespace remat {
 
 namespace {
 
-// Parameters a step reads: one FSDP unit is a transformer block; outside the
+// The priced device set-ups (runs_sharded_on_cpu is false): parameters a
+// step reads: one FSDP unit is a transformer block; outside the
 // blocks each op's own parameters form a unit (embedding; norm + output).
 struct UnitBooker {
   const Program& program;
@@ -75,21 +78,33 @@ struct ReplayWatch {
 Prediction replay(const Program& program, const Plan& plan, const PlannerOptions& options,
                   const ReplayWatch* watch, bool with_backward = true) {
   Allocator allocator(/*counting_only=*/true);
-  const double shard = 1.0 / static_cast<double>(options.shard_degree);
+  // The CPU engine's sharded run (fp32): the runtime's sharded state books
+  // the shards and every gathered unit and full gradient itself, so this
+  // replay makes the run's requests, rank for rank (every rank's are alike).
+  const bool runs_sharded = runs_sharded_on_cpu(program, options);
+  const double shard = runs_sharded ? 1.0 : 1.0 / static_cast<double>(options.shard_degree);
   const double act = booking_scale(program, options);
   // The bookings of the executor's temporaries and activations are in its
   // fp32 elements; the gathered weights are booked in elements already
   // scaled to the compute dtype, so temporaries share the activation scale.
   allocator.set_scale({shard, shard, shard, act, act});
 
-  ModelState state(program, allocator, /*with_gradients=*/true);
+  ModelState state(program, allocator, /*with_gradients=*/true, cpu_backend(),
+                   runs_sharded ? Holds::kBuffersOnly : Holds::kEverything);
   state.ensure_optimizer_state();
   Executor executor(program, make_schedule(program, plan, with_backward), allocator, state);
+  std::unique_ptr<ShardedState> sharded;
+  if (runs_sharded) {
+    sharded = std::make_unique<ShardedState>(state, executor.schedule(),
+                                             static_cast<int>(options.shard_degree), 0);
+    executor.set_param_source(sharded.get());
+  }
   // A single unsharded device computes on its weights in place (in bf16,
   // the executor books its own copies); a priced set-up works on a gathered
   // (and possibly cast) copy of each unit.
   const bool typed = program.compute_dtype != DType::kF32;
-  const bool gathered = options.shard_degree > 1 || (options.bf16_compute && !typed);
+  const bool gathered =
+      !runs_sharded && (options.shard_degree > 1 || (options.bf16_compute && !typed));
   UnitBooker booker{program, allocator, (options.bf16_compute ? 2.0 : 4.0) / act,
                     act,     gathered,  std::nullopt,
                     {},      {}};
@@ -120,6 +135,10 @@ Prediction replay(const Program& program, const Plan& plan, const PlannerOptions
 }
 
 }  // namespace
+
+bool runs_sharded_on_cpu(const Program& program, const PlannerOptions& options) {
+  return options.shard_degree > 1 && !options.bf16_compute && program.compute_dtype == DType::kF32;
+}
 
 double activation_scale(const PlannerOptions& options) { return options.bf16_compute ? 0.5 : 1.0; }
 

@@ -8,11 +8,16 @@
 // copies and fp32 staging it uses (runtime/executor.h), so the replay books
 // them exactly as the run does.
 //
-// It can also price set-ups the CPU engine does not run: FSDP/ZeRO-3
-// sharding of parameters, gradients and optimizer state over N ranks (with
-// the unsharded copy of the unit in flight), with bf16 compute priced by a
-// booking scale on the fp32 program (activations and temporaries x0.5, the
-// gathered weights in bf16), for the per-device memory of a GPU run.
+// FSDP/ZeRO-3 sharding over N ranks in fp32 is a run the CPU engine makes
+// (runtime/sharded_state.h): the replay drives the runtime's own sharded
+// state, so each rank's peak is predicted exactly, the gathered units and
+// full gradients in flight included.
+//
+// It can also price set-ups the CPU engine does not run: sharding with bf16
+// compute, priced by a booking scale on the fp32 program (parameters,
+// gradients and optimizer state x1/N, activations and temporaries x0.5, the
+// unsharded copy of the unit in flight with its weights in bf16), for the
+// per-device memory of a GPU run.
 #pragma once
 
 #include <cstdint>
@@ -71,6 +76,10 @@ struct TimelineSample {
 // peak.total() of the samples is predict()'s peak_bytes.
 std::vector<TimelineSample> replay_timeline(const Program& program, const Plan& plan,
                                             const PlannerOptions& options);
+
+// Whether the prediction is of the CPU engine's sharded run (exact), not a
+// priced device set-up: shard degree > 1, fp32.
+bool runs_sharded_on_cpu(const Program& program, const PlannerOptions& options);
 
 // The booking scale of activations and temporaries that prices bf16 on an
 // fp32 program (bf16: 0.5).

@@ -47,8 +47,32 @@ const float* Executor::kernel_input(const Tensor& value, bool bf16_kernel,
   return staged.back().data();
 }
 
+void Executor::set_param_source(ParamSource* source) {
+  // The bf16 weight copies are cast from the state's masters.
+  if (source && program_.compute_dtype != DType::kF32)
+    throw std::logic_error("executor: a parameter source needs an fp32 program");
+  source_ = source;
+}
+
+float* Executor::master(ParamId p) {
+  if (!source_) return state_.params[p].data();
+  float* data = source_->params[p];
+  if (!data && !dry_run())
+    throw std::logic_error("executor: " + program_.params[p].fqn + " is not gathered at " + label_);
+  return data;
+}
+
+float* Executor::gradient(ParamId p) {
+  if (!source_) return state_.grads[p].data();
+  float* data = source_->grads[p];
+  if (!data && !dry_run())
+    throw std::logic_error("executor: no gradient buffer for " + program_.params[p].fqn + " at " +
+                           label_);
+  return data;
+}
+
 const float* Executor::weight(ParamId p, bool bf16_kernel) {
-  if (!bf16_kernel) return state_.params[p].data();
+  if (!bf16_kernel) return master(p);
   Tensor& copy = weight_copies_[p];
   if (!copy.defined()) {
     copy =
@@ -72,10 +96,12 @@ double Executor::run(const Batch& batch) {
   release_values();  // the previous step's loss
   using Clock = std::chrono::steady_clock;
   const Clock::time_point run_start = Clock::now();
-  for (const Step& step : schedule_.steps) {
+  for (size_t i = 0; i < schedule_.steps.size(); ++i) {
+    const Step& step = schedule_.steps[i];
     const Node& node = program_.nodes[step.node];
     label_ = std::string(to_string(step.kind)) + " " + node.fqn;
     allocator_->set_label(label_);
+    if (source_) source_->before_step(i);
     if (observer_) observer_(step);
     if (const int32_t unit = gather_unit(program_, step); unit != weight_unit_) {
       release_weight_copies();
@@ -96,6 +122,7 @@ double Executor::run(const Batch& batch) {
     for (ValueId v : step.free_after) values_[v].reset();
     if (profiling_) record_time(step, run_start, start);
   }
+  if (source_) source_->after_run();
   release_weight_copies();  // the optimizer changes the masters before the next run
   allocator_->set_label({});
   return loss_;
@@ -129,7 +156,7 @@ void Executor::forward(const Node& node, int32_t index, bool recompute, const Ba
   }
   for (ParamId p : node.params) {
     b.params.push_back(weight(p, bf16));
-    b.mutable_params.push_back(state_.params[p].data());
+    b.mutable_params.push_back(master(p));
   }
   b.param_dtype = bf16 ? DType::kBF16 : DType::kF32;
   b.is_recompute = recompute;
@@ -192,7 +219,7 @@ void Executor::backward(const Node& node, const Batch& batch) {
   }
   for (ParamId p : node.params) {
     b.params.push_back(weight(p, bf16));
-    b.grad_params.push_back(state_.grads[p].data());
+    b.grad_params.push_back(gradient(p));
   }
   b.param_dtype = bf16 ? DType::kBF16 : DType::kF32;
   const OpInfo& info = op_info(node.kind);

@@ -69,6 +69,21 @@ struct ExecutionCounts {
 // end of the forward into the start of the backward).
 int32_t gather_unit(const Program& program, const Step& step);
 
+// Where the kernels find the parameters and their gradients when they are
+// not the model state's own tensors: a sharded run gathers each unit into a
+// buffer of its own (runtime/sharded_state.h). The executor calls
+// before_step(i) ahead of schedule step i (before the step observer) and
+// after_run() once the last step has run; params[p] and grads[p] must point
+// at parameter p's fp32 buffers during every step that reads them.
+class ParamSource {
+ public:
+  virtual ~ParamSource() = default;
+  virtual void before_step(size_t index) = 0;
+  virtual void after_run() = 0;
+
+  std::vector<float*> params, grads;  // per ParamId
+};
+
 class Executor {
  public:
   Executor(const Program& program, Schedule schedule, Allocator& allocator, ModelState& state);
@@ -92,6 +107,9 @@ class Executor {
     observer_ = std::move(observer);
   }
   bool dry_run() const { return allocator_->counting_only(); }
+  // Reads parameters and gradients from `source` (null: the state's own
+  // tensors) from the next run on; fp32 programs only. Not owned.
+  void set_param_source(ParamSource* source);
 
  private:
   void record_time(const Step& step, std::chrono::steady_clock::time_point run_start,
@@ -107,6 +125,9 @@ class Executor {
                             std::vector<DType>& dtypes);
   // The parameter a kernel reads: the fp32 master, or its bf16 copy.
   const float* weight(ParamId p, bool bf16_kernel);
+  // The fp32 master of parameter p and its gradient, where the kernels find them.
+  float* master(ParamId p);
+  float* gradient(ParamId p);
   void release_weight_copies();
 
   const Program& program_;
@@ -123,6 +144,7 @@ class Executor {
   double loss_ = 0;
   bool profiling_ = false;
   std::function<void(const Step&)> observer_;
+  ParamSource* source_ = nullptr;
 };
 
 }  // namespace remat

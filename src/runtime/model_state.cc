@@ -6,12 +6,15 @@
 namespace remat {
 
 ModelState::ModelState(const Program& program, Allocator& alloc, bool with_gradients,
-                       Backend& backend)
-    : program(&program), allocator(&alloc), backend(&backend) {
+                       Backend& backend, Holds holds)
+    : program(&program), allocator(&alloc), backend(&backend), holds(holds) {
   for (const Param& p : program.params) {
-    params.emplace_back(alloc, p.shape, MemoryCategory::kParameters, p.dtype);
+    if (holds == Holds::kBuffersOnly && p.trainable)
+      params.emplace_back();
+    else
+      params.emplace_back(alloc, p.shape, MemoryCategory::kParameters, p.dtype);
   }
-  if (with_gradients) {
+  if (with_gradients && holds == Holds::kEverything) {
     for (const Param& p : program.params) {
       grads.emplace_back(alloc, p.shape, MemoryCategory::kGradients, p.dtype);
     }
@@ -66,14 +69,18 @@ void draw(const ParamInit& init, std::mt19937_64& rng, int64_t n, float* out) {
 
 }  // namespace
 
+void draw_initial_values(const Param& p, uint64_t seed, float* host, int64_t n) {
+  std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ull ^ fnv1a(p.fqn));
+  draw(p.init, rng, n, host);
+}
+
 void ModelState::initialize(uint64_t seed) {
   for (size_t i = 0; i < params.size(); ++i) {
-    const Param& p = program->params[i];
     Tensor& t = params[i];
+    if (!t.defined()) continue;  // kBuffersOnly: a shard's parameter
     // The initial weights are host data: drawn on the host, then handed over.
     write_from_host(*backend, t, [&](float* host) {
-      std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ull ^ fnv1a(p.fqn));
-      draw(p.init, rng, t.numel(), host);
+      draw_initial_values(program->params[i], seed, host, t.numel());
     });
   }
 }
@@ -83,7 +90,7 @@ void ModelState::zero_gradients() {
 }
 
 void ModelState::ensure_optimizer_state() {
-  if (!exp_avg.empty()) return;
+  if (!exp_avg.empty() || holds == Holds::kBuffersOnly) return;
   for (const Tensor& p : params) {
     exp_avg.emplace_back(*allocator, p.shape(), MemoryCategory::kOptimizerState, p.dtype());
     backend->zero(exp_avg.back());

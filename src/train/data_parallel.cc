@@ -9,31 +9,61 @@
 
 namespace remat {
 
+namespace {
+
+// InputError for what sharded training does not do yet.
+void check_sharded_run(const JobConfig& config) {
+  const std::string degree = "parallelism.data_parallel_shard_degree = " +
+                             std::to_string(config.parallelism.data_parallel_shard_degree);
+  auto refuse = [&](const std::string& what, const std::string& expected) {
+    throw InputError(degree + " with " + what +
+                     " is not built yet (sharded training runs fp32 training steps only); "
+                     "expected " +
+                     expected);
+  };
+  if (config.parallelism.data_parallel_replicate_degree > 1)
+    refuse("parallelism.data_parallel_replicate_degree = " +
+               std::to_string(config.parallelism.data_parallel_replicate_degree) + " (HSDP)",
+           "one of the two degrees > 1");
+  if (config.training.mixed_precision_param != "float32")
+    refuse("training.mixed_precision_param = \"" + config.training.mixed_precision_param + "\"",
+           "\"float32\"");
+  if (config.validation.enabled) refuse("validation.enabled = true", "false");
+  if (config.metrics.sample_freq > 0) refuse("metrics.sample_freq > 0", "0");
+  if (config.checkpoint.create_seed_checkpoint)
+    refuse("checkpoint.create_seed_checkpoint = true",
+           "false (create the seed checkpoint in one process, without mpirun)");
+}
+
+}  // namespace
+
+bool shards(const JobConfig& config) { return config.parallelism.data_parallel_shard_degree > 1; }
+
 void check_data_parallel_degrees(const JobConfig& config, const Communicator& comm) {
   const auto& p = config.parallelism;
-  if (p.data_parallel_shard_degree > 1)
-    throw InputError(
-        "parallelism.data_parallel_shard_degree = " + std::to_string(p.data_parallel_shard_degree) +
-        ": sharded (FSDP) training is not built yet (`remat plan` prices it); "
-        "expected 1, with parallelism.data_parallel_replicate_degree for data "
-        "parallelism");
-  if (p.data_parallel_replicate_degree == comm.size()) return;
+  if (shards(config)) check_sharded_run(config);
+  const int64_t degree =
+      shards(config) ? p.data_parallel_shard_degree : p.data_parallel_replicate_degree;
+  const std::string key = shards(config) ? "parallelism.data_parallel_shard_degree"
+                                         : "parallelism.data_parallel_replicate_degree";
+  if (degree == comm.size()) return;
   const std::string ranks =
       comm.launched_by_mpi()
           ? std::to_string(comm.size()) + " ranks (mpirun -np " + std::to_string(comm.size()) + ")"
           : "1 process (started without mpirun)";
-  throw InputError("parallelism.data_parallel_replicate_degree = " +
-                   std::to_string(p.data_parallel_replicate_degree) + ", but the run has " + ranks +
+  throw InputError(key + " = " + std::to_string(degree) + ", but the run has " + ranks +
                    ": expected the number of ranks; launch with `mpirun -np " +
-                   std::to_string(p.data_parallel_replicate_degree) + " remat train ...` or set " +
-                   "the degree to " + std::to_string(comm.size()));
+                   std::to_string(degree) + " remat train ...` or set the degree to " +
+                   std::to_string(comm.size()));
 }
 
 std::string describe_data_parallel(const JobConfig& config, const Communicator& comm) {
   const int64_t local = config.training.local_batch_size;
-  return "data parallel: " + std::to_string(comm.size()) + " ranks (replicate " +
-         std::to_string(comm.size()) + "), global batch " + std::to_string(local * comm.size()) +
-         " = " + std::to_string(comm.size()) + " x " + std::to_string(local) +
+  const std::string n = std::to_string(comm.size());
+  return "data parallel: " + n + " ranks (" + (shards(config) ? "shard " : "replicate ") + n +
+         (shards(config) ? ": parameters, gradients and AdamW state 1/" + n + " per rank" : "") +
+         "), global batch " + std::to_string(local * comm.size()) + " = " + n + " x " +
+         std::to_string(local) +
          "; in the log line loss and grad_norm are global, memory is the largest rank's peak, "
          "tps, tflops and mfu are per rank (as torchtitan's), global tps the sum";
 }

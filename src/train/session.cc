@@ -9,12 +9,17 @@
 
 namespace remat {
 
-Session::Session(const Setup& setup, bool with_gradients)
-    : state(setup.program(), allocator, with_gradients),
+Session::Session(const Setup& setup, bool with_gradients, int shard_ranks, int rank)
+    : state(setup.program(), allocator, with_gradients, cpu_backend(),
+            shard_ranks > 1 ? Holds::kBuffersOnly : Holds::kEverything),
       executor(setup.program(),
                make_schedule(setup.program(), setup.ac.plan,
                              /*with_backward=*/setup.pass == Pass::kTraining),
-               allocator, state) {}
+               allocator, state) {
+  if (shard_ranks <= 1) return;
+  sharded = std::make_unique<ShardedState>(state, executor.schedule(), shard_ranks, rank);
+  executor.set_param_source(sharded.get());
+}
 
 int configure_threads(const JobConfig& config) {
   int threads = static_cast<int>(config.training.threads);

@@ -37,6 +37,7 @@
 #include "train/profile_trace.h"
 #include "train/sample.h"
 #include "train/session.h"
+#include "train/sharded_training.h"
 #include "train/stop_signal.h"
 #include "train/validation.h"
 
@@ -177,14 +178,29 @@ RunRecord read_saved_run(const JobConfig& config) {
 }
 
 // Fresh weights from training.seed, replaced by checkpoint.load's when given;
-// returns the step the run continues from.
-int64_t initialize_state(const JobConfig& config, ModelState& state, bool with_optimizer) {
-  state.initialize(static_cast<uint64_t>(config.training.seed));
+// returns the step the run continues from. A sharded run (`sharded` set)
+// keeps its shards of them.
+int64_t initialize_state(const JobConfig& config, Session& session, bool with_optimizer,
+                         ShardedTraining* sharded) {
+  ModelState& state = session.state;
+  const auto seed = static_cast<uint64_t>(config.training.seed);
+  state.initialize(seed);
+  if (session.sharded) session.sharded->initialize(seed);
   // The optimizer's moments exist from the start, so every step (the first
   // included) has the same memory profile, the one the planner predicts.
   if (with_optimizer) state.ensure_optimizer_state();
   if (config.checkpoint.load.empty()) return 0;
-  const int64_t step = load_checkpoint(config.checkpoint.load, state, /*with_optimizer=*/true);
+  int64_t step = 0;
+  if (sharded) {
+    // The whole file is read on every rank, outside the run's books.
+    Allocator file_books;
+    ModelState full(*state.program, file_books, /*with_gradients=*/false);
+    full.ensure_optimizer_state();
+    step = load_checkpoint(config.checkpoint.load, full, /*with_optimizer=*/true);
+    sharded->load_full(full, /*with_optimizer=*/true);
+  } else {
+    step = load_checkpoint(config.checkpoint.load, state, /*with_optimizer=*/true);
+  }
   std::printf("loaded %s (step %lld)\n", config.checkpoint.load.c_str(),
               static_cast<long long>(step));
   return step;
@@ -255,8 +271,10 @@ class Trainer {
  public:
   // `loader` reads the global batch (data_parallel.h); this rank trains on
   // its rows.
+  // `sharded`: the run's sharded training (null: not sharded).
   Trainer(const JobConfig& config, const Setup& setup, Session& session, BatchLoader& loader,
-          Validator* validator, int64_t start_step, int threads, Communicator& comm);
+          Validator* validator, int64_t start_step, int threads, Communicator& comm,
+          ShardedTraining* sharded);
   // Returns the exit status: 0, 1 when a step's loss or gradient norm is not
   // finite, 128 + the signal when stopped by SIGINT or SIGTERM.
   int train();
@@ -274,6 +292,7 @@ class Trainer {
   int finish(int64_t step, bool diverged, int signal) const;
   void print_memory(int64_t step) const;
   void print_communication() const;
+  void print_parts_per_rank() const;
   bool leads() const { return comm_.rank() == 0; }  // writes files for the run
   void print_profile(int64_t step) const;
 
@@ -283,6 +302,7 @@ class Trainer {
   BatchLoader& loader_;
   Communicator& comm_;
   DataParallel data_parallel_;
+  ShardedTraining* const sharded_;               // null: not sharded
   Validator* const validator_;                   // null: no validation
   std::unique_ptr<Tokenizer> sample_tokenizer_;  // null: metrics.sample_freq = 0
   const int64_t start_step_;
@@ -301,19 +321,22 @@ class Trainer {
   std::vector<int32_t> inputs_, targets_;  // the global batch
   LineLog metrics_log_;
   MetricsWindow window_;
-  int64_t run_peak_ = 0;  // the allocator's peak over all steps
+  int64_t run_peak_ = 0;        // the allocator's peak over all steps
+  MemorySnapshot run_at_peak_;  // the training steps' highest peak, by category
   Clock::time_point train_start_;
   std::map<std::string, double> profile_seconds_;
 };
 
 Trainer::Trainer(const JobConfig& config, const Setup& setup, Session& session, BatchLoader& loader,
-                 Validator* validator, int64_t start_step, int threads, Communicator& comm)
+                 Validator* validator, int64_t start_step, int threads, Communicator& comm,
+                 ShardedTraining* sharded)
     : config_(config),
       setup_(setup),
       session_(session),
       loader_(loader),
       comm_(comm),
       data_parallel_(comm, session.state),
+      sharded_(sharded),
       validator_(validator),
       start_step_(start_step),
       peak_(device_peak(config, threads, setup.program().compute_dtype == DType::kBF16)),
@@ -331,7 +354,7 @@ Trainer::Trainer(const JobConfig& config, const Setup& setup, Session& session, 
   session_.executor.set_profiling(profile_);
   if (config.metrics.sample_freq > 0)
     sample_tokenizer_ = make_tokenizer(config.model.tokenizer, setup.model.summary.vocab_size);
-  if (data_parallel_.ranks() > 1)
+  if (data_parallel_.ranks() > 1 && !sharded_)
     session_.executor.set_step_observer([this](const Step& step) { data_parallel_.on_step(step); });
   // Metrics go straight to their final path, one flushed line per logged
   // step, so a killed run keeps what it logged; a resumed run appends.
@@ -363,21 +386,29 @@ bool Trainer::train_step(int64_t step) {
   session_.allocator.reset_peak();
   double loss =
       run_executor(step, Batch{inputs.data(), data_parallel_.local_rows(targets_).data()});
-  if (data_parallel_.ranks() > 1) loss = data_parallel_.reduce(loss);
+  if (sharded_)
+    loss = sharded_->reduce(loss);
+  else if (data_parallel_.ranks() > 1)
+    loss = data_parallel_.reduce(loss);
   if (profile_ && step % config_.profiling.profile_freq == 0) {
     write_profile_trace(
         profile_trace_path(config_.job.dump_folder, config_.profiling.save_traces_folder, step,
                            comm_.rank()),
         setup_.program(), session_.executor, step);
   }
-  const double grad_norm = clip_grad_norm(state, config_.training.max_norm);
+  const double max_norm = config_.training.max_norm;
+  const double grad_norm =
+      sharded_ ? sharded_->clip_grad_norm(max_norm) : clip_grad_norm(state, max_norm);
   // Checked before the optimizer, so the weights stay those of the last
   // good step and no NaN reaches a checkpoint.
   const bool diverged = !std::isfinite(loss) || !std::isfinite(grad_norm);
   const MoeLoad moe = moe_load(state);  // read before the counts reset
   if (!diverged) {
     update_expert_bias(state);
-    adamw_step(state, adamw_, lr_.at(step), step);
+    if (sharded_)
+      sharded_->adamw_step(adamw_, lr_.at(step), step);
+    else
+      adamw_step(state, adamw_, lr_.at(step), step);
   }
   record_step(static_cast<int64_t>(inputs.size()));
   if (diverged || step % config_.metrics.log_freq == 0 || step == start_step_ + 1 ||
@@ -427,6 +458,7 @@ void Trainer::record_step(int64_t tokens) {
   window_.tokens += tokens;
   window_.peak = std::max(window_.peak, allocator.peak());
   run_peak_ = std::max(run_peak_, allocator.peak());
+  if (allocator.peak() > run_at_peak_.total()) run_at_peak_ = allocator.at_peak();
   window_.max_activations =
       std::max(window_.max_activations, allocator.category_peaks()[MemoryCategory::kActivations]);
   window_.recompute_flops += counts.recompute_flops;
@@ -509,6 +541,14 @@ void Trainer::report_divergence(int64_t step, double loss, double grad_norm) con
 
 // A resumable checkpoint, with what it records about this run (RunRecord).
 void Trainer::save(int64_t step) const {
+  // A sharded run gathers its state first (every rank takes part), outside
+  // the run's books.
+  Allocator gathered_books;
+  std::optional<ModelState> gathered;
+  if (sharded_) {
+    gathered.emplace(setup_.program(), gathered_books, /*with_gradients=*/false);
+    sharded_->gather_full(*gathered, /*with_optimizer=*/true);
+  }
   if (leads()) {  // the replicas hold the same state
     const auto& t = config_.training;
     RunRecord r;
@@ -517,7 +557,8 @@ void Trainer::save(int64_t step) const {
     r.seq_len = t.seq_len;
     r.windows = loader_.num_windows();
     r.next_window = loader_.position();
-    save_checkpoint(checkpoint_path(config_, step), session_.state, step, true, r.metadata());
+    save_checkpoint(checkpoint_path(config_, step), gathered ? *gathered : session_.state, step,
+                    true, r.metadata());
   }
   // The other ranks wait for the save here, under the start-up bound: writing
   // a large checkpoint may take longer than a step's collectives may wait.
@@ -564,6 +605,7 @@ void Trainer::print_memory(int64_t step) const {
     for (size_t r = 0; r < peaks.size(); ++r)
       text += (r ? ", rank " : "rank ") + std::to_string(r) + " " + with_thousands(peaks[r]);
     std::printf("memory per rank: allocator peak bytes %s\n", text.c_str());
+    print_parts_per_rank();
   }
   const int64_t rss = process_peak_rss_bytes();
   if (step <= start_step_ || rss <= 0) return;
@@ -577,6 +619,22 @@ void Trainer::print_memory(int64_t step) const {
       format_bytes(run_peak_).c_str(), with_thousands(run_peak_).c_str(),
       format_bytes(reserved).c_str(), with_thousands(reserved).c_str(), format_bytes(rss).c_str(),
       with_thousands(rss).c_str(), format_bytes(rss - run_peak_).c_str());
+}
+
+// What each rank held at its training steps' peak, by memory category (the
+// parts `remat plan` predicts).
+void Trainer::print_parts_per_rank() const {
+  std::vector<std::vector<int64_t>> parts;
+  for (int c = 0; c < kNumMemoryCategories; ++c)
+    parts.push_back(comm_.all_gather(run_at_peak_.bytes[c], "all-gather of the peak's parts"));
+  std::string text;
+  for (int r = 0; r < comm_.size(); ++r) {
+    text += (r ? "; rank " : "rank ") + std::to_string(r);
+    for (int c = 0; c < kNumMemoryCategories; ++c)
+      text += std::string(c ? ", " : " ") + to_string(static_cast<MemoryCategory>(c)) + " " +
+              with_thousands(parts[c][r]);
+  }
+  std::printf("memory per rank at the step peak: %s\n", text.c_str());
 }
 
 // How long each rank waited in collectives: the communication not hidden
@@ -655,8 +713,13 @@ int run_train(const JobConfig& config, Communicator& comm) {
     remove_stale_checkpoint_temporaries(config);
   }
 
-  Session session(setup, /*with_gradients=*/!seed_only);
-  const int64_t start_step = initialize_state(config, session.state, /*with_optimizer=*/!seed_only);
+  Session session(setup, /*with_gradients=*/!seed_only, shards(config) ? comm.size() : 1,
+                  comm.rank());
+  std::unique_ptr<ShardedTraining> sharded;
+  if (session.sharded)
+    sharded = std::make_unique<ShardedTraining>(comm, session.state, *session.sharded);
+  const int64_t start_step =
+      initialize_state(config, session, /*with_optimizer=*/!seed_only, sharded.get());
   confirm_inputs(comm);
   comm.set_timeout(config.comm.train_timeout_seconds);
   if (seed_only) return leads ? write_seed_checkpoint(config, session.state) : 0;
@@ -673,7 +736,8 @@ int run_train(const JobConfig& config, Communicator& comm) {
                                             std::move(validation_data));
     print_validation(config, setup, *validator);
   }
-  Trainer trainer(config, setup, session, loader, validator.get(), start_step, threads, comm);
+  Trainer trainer(config, setup, session, loader, validator.get(), start_step, threads, comm,
+                  sharded.get());
   return trainer.train();
 }
 

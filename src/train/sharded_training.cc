@@ -1,0 +1,128 @@
+#include "train/sharded_training.h"
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "train/load_balance.h"
+
+namespace remat {
+
+namespace {
+
+void wait_for(std::map<size_t, std::unique_ptr<CommRequest>>& requests, size_t id) {
+  const auto it = requests.find(id);
+  if (it == requests.end())
+    throw std::logic_error("sharded training: no collective " + std::to_string(id) + " in flight");
+  it->second->wait();
+  requests.erase(it);
+}
+
+}  // namespace
+
+ShardedTraining::ShardedTraining(Communicator& comm, ModelState& state, ShardedState& sharded)
+    : comm_(comm), state_(state), sharded_(sharded) {
+  // The collectives read and write the tensors' bytes in place.
+  if (!state.backend->host_addressable())
+    throw std::logic_error("sharded training needs a host-addressable backend");
+  sharded_.set_collectives(this);
+}
+
+void ShardedTraining::start_gather(size_t id, const Tensor& shard, Tensor& gathered) {
+  gathers_[id] = comm_.start_all_gather(shard.raw(), gathered.raw(), shard.bytes(),
+                                        "all-gather of shard unit " + std::to_string(id));
+}
+
+void ShardedTraining::wait_gather(size_t id) { wait_for(gathers_, id); }
+
+void ShardedTraining::start_reduce_scatter(size_t id, const Tensor& full, Tensor& shard) {
+  scatters_[id] =
+      comm_.start_reduce_scatter(full.data(), shard.data(), shard.numel(),
+                                 "reduce-scatter of gradient unit " + std::to_string(id));
+}
+
+void ShardedTraining::wait_reduce_scatter(size_t id) { wait_for(scatters_, id); }
+
+void ShardedTraining::progress() {
+  for (auto& [id, request] : gathers_) request->poll();
+  for (auto& [id, request] : scatters_) request->poll();
+}
+
+double ShardedTraining::reduce(double local_loss) {
+  if (!gathers_.empty() || !scatters_.empty())
+    throw std::logic_error("sharded training: collectives still in flight after the backward");
+  for (Tensor* counts : expert_counts(state_))
+    comm_.allreduce_sum(counts->data(), counts->numel(), "all-reduce of the MoE token counts");
+  const float mean = 1.0f / static_cast<float>(comm_.size());
+  for (Tensor& g : sharded_.grads) state_.backend->scale(g, mean);
+  return comm_.sum(local_loss, "all-reduce of the loss") / comm_.size();
+}
+
+double ShardedTraining::clip_grad_norm(double max_norm) {
+  // Buffers' and padding's gradients are zero: they add nothing.
+  double sum = 0;
+  for (const Tensor& g : sharded_.grads) sum += state_.backend->sum_squares(g);
+  const double norm = std::sqrt(comm_.sum(sum, "all-reduce of the squared gradient norm"));
+  const double coef = max_norm / (norm + 1e-6);
+  if (coef < 1.0)
+    for (Tensor& g : sharded_.grads) state_.backend->scale(g, static_cast<float>(coef));
+  return norm;
+}
+
+void ShardedTraining::adamw_step(const AdamWConfig& config, double lr, int64_t step) {
+  const AdamWStep hyper{static_cast<float>(lr),
+                        static_cast<float>(config.beta1),
+                        static_cast<float>(config.beta2),
+                        static_cast<float>(config.eps),
+                        static_cast<float>(config.weight_decay),
+                        step};
+  // A buffer's range and the padding hold zero parameters with zero
+  // gradients, which AdamW leaves zero.
+  for (size_t u = 0; u < sharded_.params.size(); ++u)
+    state_.backend->adamw_update(sharded_.params[u], sharded_.grads[u], sharded_.exp_avg[u],
+                                 sharded_.exp_avg_sq[u], hyper);
+}
+
+void ShardedTraining::gather_full(ModelState& full, bool with_optimizer) {
+  const ShardLayout& layout = sharded_.layout();
+  const auto& program_params = state_.program->params;
+  std::vector<std::pair<std::vector<Tensor>*, std::vector<Tensor>*>> kinds = {
+      {&sharded_.params, &full.params}};
+  if (with_optimizer) {
+    full.ensure_optimizer_state();
+    kinds.push_back({&sharded_.exp_avg, &full.exp_avg});
+    kinds.push_back({&sharded_.exp_avg_sq, &full.exp_avg_sq});
+  }
+  std::vector<float> flat;
+  for (auto [shards, to] : kinds) {
+    for (size_t u = 0; u < layout.units.size(); ++u) {
+      const ShardUnit& unit = layout.units[u];
+      flat.resize(static_cast<size_t>(unit.chunk * layout.ranks));
+      const HostView shard(*state_.backend, (*shards)[u]);
+      comm_
+          .start_all_gather(shard.data(), flat.data(), (*shards)[u].bytes(),
+                            "all-gather of the state for a save")
+          ->wait();
+      for (size_t i = 0; i < unit.params.size(); ++i) {
+        if (!program_params[unit.params[i]].trainable) continue;
+        state_.backend->copy_from_host(flat.data() + unit.offsets[i], (*to)[unit.params[i]]);
+      }
+    }
+  }
+  for (size_t p = 0; p < program_params.size(); ++p)
+    if (!program_params[p].trainable) state_.backend->copy(state_.params[p], full.params[p]);
+}
+
+void ShardedTraining::load_full(const ModelState& full, bool with_optimizer) {
+  sharded_.load_owned(full.params, sharded_.params);
+  if (with_optimizer && !full.exp_avg.empty()) {
+    sharded_.load_owned(full.exp_avg, sharded_.exp_avg);
+    sharded_.load_owned(full.exp_avg_sq, sharded_.exp_avg_sq);
+  }
+  const auto& program_params = state_.program->params;
+  for (size_t p = 0; p < program_params.size(); ++p)
+    if (!program_params[p].trainable) state_.backend->copy(full.params[p], state_.params[p]);
+}
+
+}  // namespace remat

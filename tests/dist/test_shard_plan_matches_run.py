@@ -1,0 +1,97 @@
+#!/usr/bin/python3
+"""`remat plan --parallelism.data_parallel_shard_degree 2` predicts what each
+rank of a 2-rank sharded `remat train` measures, to the byte.
+
+  /usr/bin/python3 tests/dist/test_shard_plan_matches_run.py path/to/remat
+
+For the llama3 and llama4 debug models, in every AC mode the plan compares,
+one sharded training step under `mpirun -np 2`: each rank's allocator peak
+and its parts at that peak (parameters, gradients, optimizer state,
+activations, temporaries) must equal the plan's prediction exactly. The peak
+includes the gathered blocks in flight (the one computing and the one
+prefetched) and the full gradients before their reduce-scatter. Also: the
+sharded parameters, gradients and optimizer state of a rank are about half
+of one process's (1/2 plus the padding of each unit to an even split).
+"""
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+REMAT = sys.argv[1]
+MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2"]
+AC = "--activation_checkpoint."
+SHAPE = ["--training.local_batch_size", "2", "--training.seq_len", "128", "--training.threads",
+         "1"]
+SHARD = ["--parallelism.data_parallel_shard_degree", "2"]
+PARTS = ("parameters", "gradients", "optimizer_state", "activations", "temporaries")
+
+
+def mode_args(name):
+    """Turns a plan row back into overrides for `remat train`."""
+    if name in ("none", "full"):
+        return [AC + "mode", name]
+    if name == "selective 2":
+        return [AC + "mode", "selective", AC + "selective_ac_option", "2"]
+    threshold = {"op threshold 0": "0", "op threshold 1e50": "1e50"}.get(name)
+    if threshold is None:
+        return None  # "op configured" repeats one of the others here
+    return [AC + "mode", "selective", AC + "selective_ac_option", "op",
+            AC + "selective_op_ac_mm_flops_threshold", threshold,
+            AC + "per_op_sac_force_recompute_mm_by_fqns", ""]
+
+
+def measured_parts(out):
+    """{rank: {part: bytes}} from the run's 'memory per rank at the step peak' line."""
+    line = re.search(r"memory per rank at the step peak: (.*)", out).group(1)
+    ranks = {}
+    for chunk in line.split("; "):
+        words = chunk.replace(",", "").split()
+        ranks[int(words[1])] = {words[i]: int(words[i + 1]) for i in range(2, len(words), 2)}
+    return ranks
+
+
+def main():
+    failures = []
+    tmp = tempfile.mkdtemp(prefix="remat_shard_plan_")
+    for config in ("configs/llama3_debug.toml", "configs/llama4_debug.toml"):
+        base = ["--config", config, *SHAPE]
+        single = json.loads(subprocess.run([REMAT, "plan", *base, "--json"], capture_output=True,
+                                           text=True, check=True).stdout)
+        plan = json.loads(subprocess.run([REMAT, "plan", *base, *SHARD, "--json"],
+                                         capture_output=True, text=True, check=True).stdout)
+        state = {p: plan["modes"][0]["at_peak"][p] for p in PARTS[:3]}
+        whole = {p: single["modes"][0]["at_peak"][p] for p in PARTS[:3]}
+        for p in PARTS[:3]:
+            ratio = state[p] / whole[p]
+            print(f"{config}: {p} per rank / one process = {ratio:.4f}")
+            if not 0.5 <= ratio <= 0.52:
+                failures.append(f"{config}: {p} per rank is {ratio:.4f} of one process's")
+        for row in plan["modes"]:
+            args = mode_args(row["name"])
+            if args is None:
+                continue
+            run = subprocess.run(MPIRUN + [REMAT, "train", *base, *SHARD, *args,
+                                           "--training.steps", "1", "--metrics.peak_flops", "1e11",
+                                           "--job.dump_folder", tmp],
+                                 capture_output=True, text=True, timeout=300)
+            if run.returncode != 0:
+                failures.append(f"{config} {row['name']}: train failed: {run.stderr[-2000:]}")
+                continue
+            want = {p: row["at_peak"][p] for p in PARTS}
+            for rank, got in sorted(measured_parts(run.stdout).items()):
+                ok = got == want and sum(got.values()) == row["peak_bytes"]
+                print(f"{config} {row['name']:18s} rank {rank}: predicted {row['peak_bytes']:>11,d}"
+                      f"  measured {sum(got.values()):>11,d}  {'ok' if ok else 'OFF'}")
+                if not ok:
+                    failures.append(f"{config} {row['name']} rank {rank}: plan {want}, run {got}")
+    shutil.rmtree(tmp)
+    if failures:
+        print("FAIL:\n" + "\n".join(failures))
+        sys.exit(1)
+    print("PASS")
+
+
+main()
