@@ -10,8 +10,10 @@ steps; reports the global tokens/s (median over the timed steps of the
 per-rank tps x ranks), the scaling against the single process (target >= 1.8x),
 the share of the training loop each rank spent blocked in collectives (the
 `communication:` line remat prints: the communication not hidden behind
-compute), and each rank's allocator peak against the single process's. With
---write, replaces the "data_parallel" section of BENCHMARKS.md.
+compute), each rank's allocator peak against the single process's, and the
+bytes of parameters, gradients and AdamW state a rank holds at its peak
+against the single process's (sharding's target: about 1/2). With --write,
+replaces the "data_parallel" section of BENCHMARKS.md.
 
 Usage: /usr/bin/python3 bench/data_parallel.py [--remat build/remat] [--steps 5] [--write]
 """
@@ -32,6 +34,7 @@ MODELS = {
     "llama3 debug (batch 8 x seq 256 per rank)": "configs/llama3_debug.toml",
     "llama4 debug (batch 8 x seq 256 per rank)": "configs/llama4_debug.toml",
 }
+STATE = ("parameters", "gradients", "optimizer_state")
 SETUPS = [  # label, ranks, extra arguments
     ("1 process x 1 thread", 1, []),
     ("2 ranks x 1 thread, replicate", 2, ["--parallelism.data_parallel_replicate_degree", "2"]),
@@ -54,11 +57,22 @@ def run(remat, config, ranks, extra, steps, tmp):
     waits = [float(w) for w in re.findall(r"rank \d+ [\d.]+ s \(([\d.]+)%\)",
                                           re.search(r"communication: .*", proc.stdout).group(0))
              ] if ranks > 1 else [0.0]
+    parts = re.search(r"memory per rank at the step peak: rank 0 (.*?)(;|$)", proc.stdout, re.M)
+    state = (sum(int(n.replace(",", "")) for name, n in
+                 re.findall(r"(\w+) ([\d,]+)", parts.group(1)) if name in STATE)
+             if parts else single_process_state(remat, config, extra))
     per_rank = re.search(r"memory per rank: allocator peak bytes (.*)", proc.stdout)
     peaks = ([int(p.replace(",", "")) for p in re.findall(r"rank \d+ ([\d,]+)", per_rank.group(1))]
              if per_rank else [max(r["peak_bytes"] for r in rows)])
     return {"tps": statistics.median(r["tps"] for r in rows) * ranks, "waits": waits,
-            "peaks": peaks}
+            "peaks": peaks, "state": state}
+
+
+def single_process_state(remat, config, extra):
+    """Parameter, gradient and optimizer bytes of one process (`remat plan`, exact)."""
+    plan = json.loads(subprocess.run([remat, "plan", "--config", config, *extra, "--json"],
+                                     capture_output=True, text=True, check=True).stdout)
+    return sum(plan["configured"]["at_peak"][p] for p in STATE)
 
 
 def main():
@@ -78,13 +92,14 @@ def main():
         for model, config in MODELS.items():
             out += [f"### {model}", "",
                     "| set-up | tokens/s | scaling | comm wait per rank | "
-                    "allocator peak MiB per rank | peak vs 1 process |",
-                    "|---|---:|---:|---:|---:|---:|"]
+                    "allocator peak MiB per rank | peak vs 1 process | "
+                    "params + grads + AdamW vs 1 process |",
+                    "|---|---:|---:|---:|---:|---:|---:|"]
             single = None
             for label, ranks, extra in SETUPS:
                 r = run(args.remat, config, ranks, extra, args.steps, tmp)
                 if "error" in r:
-                    out.append(f"| {label} | not run: {r['error']} | | | | |")
+                    out.append(f"| {label} | not run: {r['error']} | | | | | |")
                     print(out[-1], flush=True)
                     continue
                 single = single or r
@@ -92,7 +107,8 @@ def main():
                     f"| {label} | {r['tps']:,.0f} | {r['tps'] / single['tps']:.2f}x | "
                     f"{', '.join(f'{w:.1f}%' for w in r['waits'])} | "
                     f"{', '.join(f'{p / 2**20:,.1f}' for p in r['peaks'])} | "
-                    f"{max(r['peaks']) / max(single['peaks']):.2f}x |")
+                    f"{max(r['peaks']) / max(single['peaks']):.2f}x | "
+                    f"{r['state'] / single['state']:.2f}x |")
                 print(out[-1], flush=True)
             out.append("")
     out.append(END)

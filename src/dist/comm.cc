@@ -137,6 +137,11 @@ class SingleProcess final : public Communicator {
   int rank() const override { return 0; }
   int size() const override { return 1; }
   bool launched_by_mpi() const override { return false; }
+  std::unique_ptr<Communicator> split(int) override {
+    auto one = std::make_unique<SingleProcess>();
+    one->set_timeout(timeout());
+    return one;
+  }
   std::unique_ptr<CommRequest> start_reduce_scatter(const float* in, float* out, int64_t chunk,
                                                     std::string what) override {
     if (in != out) std::memmove(out, in, static_cast<size_t>(chunk) * sizeof(float));

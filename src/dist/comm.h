@@ -69,6 +69,10 @@ class Communicator {
   virtual int size() const = 0;
   // Whether this process was started by an MPI launcher (even with -np 1).
   virtual bool launched_by_mpi() const = 0;
+  // A communicator of the ranks that pass the same `color` (>= 0), ranked
+  // in the order of their ranks here, with this one's timeout. Every rank
+  // calls it, at the same point of the run; it blocks until all have.
+  virtual std::unique_ptr<Communicator> split(int color) = 0;
 
   // The bound on every wait from now on, in seconds (> 0).
   void set_timeout(double seconds) { timeout_seconds_ = seconds; }

@@ -81,31 +81,39 @@ class ReduceScatterRequest final : public MpiRequest {
 
 class MpiCommunicator final : public Communicator {
  public:
+  // MPI_COMM_WORLD: initialises MPI, finalised with this communicator.
   MpiCommunicator() {
     int provided = 0;
     // Only the training thread calls MPI (OpenMP workers never do).
     check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
-    // Errors come back as codes, which become CommError with MPI's text.
-    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
-    MPI_Comm_size(MPI_COMM_WORLD, &size_);
-    check(MPI_Comm_dup(MPI_COMM_WORLD, &lane1_), "MPI_Comm_dup");
-    MPI_Comm_set_errhandler(lane1_, MPI_ERRORS_RETURN);
+    world_ = true;
+    adopt(MPI_COMM_WORLD);
   }
+  // A communicator split from another (split()); freed with this one.
+  explicit MpiCommunicator(MPI_Comm comm) { adopt(comm); }
   ~MpiCommunicator() override {
     MPI_Comm_free(&lane1_);
-    MPI_Finalize();
+    if (!world_) MPI_Comm_free(&comm_);
+    if (world_) MPI_Finalize();
   }
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   bool launched_by_mpi() const override { return true; }
 
+  std::unique_ptr<Communicator> split(int color) override {
+    MPI_Comm part = MPI_COMM_NULL;
+    check(MPI_Comm_split(comm_, color, rank_, &part), "MPI_Comm_split");
+    auto split = std::make_unique<MpiCommunicator>(part);
+    split->set_timeout(timeout());
+    return split;
+  }
+
   std::unique_ptr<CommRequest> start_reduce_scatter(const float* in, float* out, int64_t chunk,
                                                     std::string what) override {
     auto request = std::make_unique<ReduceScatterRequest>(*this, what, out, chunk);
     const int count = mpi_count(chunk, what);
-    check(MPI_Ialltoall(in, count, MPI_FLOAT, request->received(), count, MPI_FLOAT, MPI_COMM_WORLD,
+    check(MPI_Ialltoall(in, count, MPI_FLOAT, request->received(), count, MPI_FLOAT, comm_,
                         request->handle()),
           what);
     return request;
@@ -115,15 +123,15 @@ class MpiCommunicator final : public Communicator {
                                                 std::string what, int lane) override {
     auto request = std::make_unique<MpiRequest>(*this, what);
     const int count = mpi_count(bytes, what);
-    check(MPI_Iallgather(in, count, MPI_BYTE, out, count, MPI_BYTE,
-                         lane == 1 ? lane1_ : MPI_COMM_WORLD, request->handle()),
+    check(MPI_Iallgather(in, count, MPI_BYTE, out, count, MPI_BYTE, lane == 1 ? lane1_ : comm_,
+                         request->handle()),
           what);
     return request;
   }
 
   std::unique_ptr<CommRequest> start_barrier(std::string what) override {
     auto request = std::make_unique<MpiRequest>(*this, what);
-    check(MPI_Ibarrier(MPI_COMM_WORLD, request->handle()), what);
+    check(MPI_Ibarrier(comm_, request->handle()), what);
     return request;
   }
 
@@ -135,7 +143,19 @@ class MpiCommunicator final : public Communicator {
   }
 
  private:
+  void adopt(MPI_Comm comm) {
+    comm_ = comm;
+    // Errors come back as codes, which become CommError with MPI's text.
+    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+    check(MPI_Comm_dup(comm_, &lane1_), "MPI_Comm_dup");
+    MPI_Comm_set_errhandler(lane1_, MPI_ERRORS_RETURN);
+  }
+
+  bool world_ = false;
   int rank_ = 0, size_ = 1;
+  MPI_Comm comm_ = MPI_COMM_NULL;
   MPI_Comm lane1_ = MPI_COMM_NULL;  // the all-reduces' all-gathers
 };
 

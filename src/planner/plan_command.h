@@ -26,9 +26,9 @@ struct PlanCommandOptions {
 int run_plan(JobConfig config, const PlanCommandOptions& options);
 
 // Before a training run allocates anything: InputError (exit 2) if the
-// predicted peak of `setup` (a training setup for the CPU engine) does not
-// fit in memory.limit (or physical RAM), naming an AC mode or a batch size
-// that would fit.
+// predicted peak of `setup` (a training setup for the CPU engine: one
+// process, or each rank of a sharded run) does not fit in memory.limit (or
+// physical RAM), naming an AC mode or a batch size that would fit.
 void check_run_fits(const JobConfig& config, const Setup& setup);
 
 }  // namespace remat

@@ -186,6 +186,17 @@ void ShardedState::initialize(uint64_t seed) {
   }
 }
 
+void ShardedState::load_full(const ModelState& full) {
+  load_owned(full.params, params);
+  if (!full.exp_avg.empty()) {
+    load_owned(full.exp_avg, exp_avg);
+    load_owned(full.exp_avg_sq, exp_avg_sq);
+  }
+  const auto& program_params = state_.program->params;
+  for (size_t p = 0; p < program_params.size(); ++p)
+    if (!program_params[p].trainable) state_.backend->copy(full.params[p], state_.params[p]);
+}
+
 void ShardedState::load_owned(const std::vector<Tensor>& from, std::vector<Tensor>& shards) {
   const auto& program_params = state_.program->params;
   for (size_t u = 0; u < layout_.units.size(); ++u) {

@@ -68,9 +68,10 @@ class ShardedState final : public ParamSource {
   // This rank's part of ModelState::initialize(seed): every parameter drawn
   // from its own stream, the owned elements kept.
   void initialize(uint64_t seed);
-  // Copies the owned elements of full (kEverything) tensors in: `from[p]`
-  // per ParamId (moments: AdamW's).
-  void load_owned(const std::vector<Tensor>& from, std::vector<Tensor>& shards);
+  // This rank's part of a whole state (Holds::kEverything, e.g. a loaded
+  // checkpoint): the owned elements of the parameters and moments, and the
+  // buffers.
+  void load_full(const ModelState& full);
 
   void before_step(size_t index) override;
   void after_run() override;
@@ -92,6 +93,8 @@ class ShardedState final : public ParamSource {
     size_t slot;  // the buffer: a stretch of steps, or (the last) the outside unit's
   };
   void plan_events(const Schedule& schedule);
+  // The owned elements of `from` (per ParamId) into `shards` (per unit).
+  void load_owned(const std::vector<Tensor>& from, std::vector<Tensor>& shards);
   void run(const Event& event);
   // Points the unit's parameters (trainable ones: the buffers stay in the
   // model state) or gradients into `buffer`, or at nothing.

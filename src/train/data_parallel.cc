@@ -1,5 +1,6 @@
 #include "train/data_parallel.h"
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -21,10 +22,6 @@ void check_sharded_run(const JobConfig& config) {
                      "expected " +
                      expected);
   };
-  if (config.parallelism.data_parallel_replicate_degree > 1)
-    refuse("parallelism.data_parallel_replicate_degree = " +
-               std::to_string(config.parallelism.data_parallel_replicate_degree) + " (HSDP)",
-           "one of the two degrees > 1");
   if (config.training.mixed_precision_param != "float32")
     refuse("training.mixed_precision_param = \"" + config.training.mixed_precision_param + "\"",
            "\"float32\"");
@@ -42,10 +39,16 @@ bool shards(const JobConfig& config) { return config.parallelism.data_parallel_s
 void check_data_parallel_degrees(const JobConfig& config, const Communicator& comm) {
   const auto& p = config.parallelism;
   if (shards(config)) check_sharded_run(config);
-  const int64_t degree =
-      shards(config) ? p.data_parallel_shard_degree : p.data_parallel_replicate_degree;
-  const std::string key = shards(config) ? "parallelism.data_parallel_shard_degree"
-                                         : "parallelism.data_parallel_replicate_degree";
+  // HSDP: replicate x shard; each degree alone is 1 x N.
+  const bool hsdp = shards(config) && p.data_parallel_replicate_degree > 1;
+  int64_t degree = 0;
+  if (__builtin_mul_overflow(p.data_parallel_shard_degree, p.data_parallel_replicate_degree,
+                             &degree))
+    degree = INT64_MAX;
+  const std::string key =
+      hsdp             ? "parallelism.data_parallel_replicate_degree x data_parallel_shard_degree"
+      : shards(config) ? "parallelism.data_parallel_shard_degree"
+                       : "parallelism.data_parallel_replicate_degree";
   if (degree == comm.size()) return;
   const std::string ranks =
       comm.launched_by_mpi()
@@ -53,15 +56,24 @@ void check_data_parallel_degrees(const JobConfig& config, const Communicator& co
           : "1 process (started without mpirun)";
   throw InputError(key + " = " + std::to_string(degree) + ", but the run has " + ranks +
                    ": expected the number of ranks; launch with `mpirun -np " +
-                   std::to_string(degree) + " remat train ...` or set the degree to " +
+                   std::to_string(degree) + " remat train ...` or set " +
+                   (hsdp ? "degrees whose product is " : "the degree to ") +
                    std::to_string(comm.size()));
 }
 
 std::string describe_data_parallel(const JobConfig& config, const Communicator& comm) {
   const int64_t local = config.training.local_batch_size;
   const std::string n = std::to_string(comm.size());
-  return "data parallel: " + n + " ranks (" + (shards(config) ? "shard " : "replicate ") + n +
-         (shards(config) ? ": parameters, gradients and AdamW state 1/" + n + " per rank" : "") +
+  const auto& p = config.parallelism;
+  const std::string shard = std::to_string(p.data_parallel_shard_degree);
+  const std::string degrees =
+      !shards(config) ? "replicate " + n
+      : p.data_parallel_replicate_degree == 1
+          ? "shard " + n
+          : "replicate " + std::to_string(p.data_parallel_replicate_degree) + " x shard " + shard;
+  return "data parallel: " + n + " ranks (" + degrees +
+         (shards(config) ? ": parameters, gradients and AdamW state 1/" + shard + " per rank"
+                         : "") +
          "), global batch " + std::to_string(local * comm.size()) + " = " + n + " x " +
          std::to_string(local) +
          "; in the log line loss and grad_norm are global, memory is the largest rank's peak, "

@@ -35,9 +35,9 @@ namespace remat {
 // train/sharded_training.h) rather than replicates.
 bool shards(const JobConfig& config);
 
-// InputError unless the configured degree uses exactly the ranks the job
-// has (1 without mpirun), or for what sharded training does not do yet:
-// both degrees > 1 (HSDP), bf16, validation, samples, a seed checkpoint.
+// InputError unless the configured degrees use exactly the ranks the job
+// has (1 without mpirun; replicate x shard under HSDP), or for what sharded
+// training does not do yet: bf16, validation, samples, a seed checkpoint.
 void check_data_parallel_degrees(const JobConfig& config, const Communicator& comm);
 
 // One line for the start of a run with ranks > 1: the global batch, and

@@ -21,8 +21,26 @@ void wait_for(std::map<size_t, std::unique_ptr<CommRequest>>& requests, size_t i
 
 }  // namespace
 
-ShardedTraining::ShardedTraining(Communicator& comm, ModelState& state, ShardedState& sharded)
-    : comm_(comm), state_(state), sharded_(sharded) {
+namespace {
+
+// An HSDP group: the world split by each rank's `color`; none when the shard
+// group is the whole world.
+std::unique_ptr<Communicator> split_unless_world(Communicator& world, int shard_ranks, int color) {
+  return shard_ranks == world.size() ? nullptr : world.split(color);
+}
+
+}  // namespace
+
+ShardedTraining::ShardedTraining(Communicator& world, int shard_ranks, ModelState& state,
+                                 ShardedState& sharded)
+    : world_(world),
+      own_group_(split_unless_world(world, shard_ranks, world.rank() / shard_ranks)),
+      replicas_(split_unless_world(world, shard_ranks, world.rank() % shard_ranks)),
+      group_(own_group_ ? *own_group_ : world),
+      state_(state),
+      sharded_(sharded) {
+  if (group_.size() != shard_ranks || group_.rank() != sharded.rank())
+    throw std::logic_error("sharded training: the shard group does not match the layout");
   // The collectives read and write the tensors' bytes in place.
   if (!state.backend->host_addressable())
     throw std::logic_error("sharded training needs a host-addressable backend");
@@ -30,16 +48,16 @@ ShardedTraining::ShardedTraining(Communicator& comm, ModelState& state, ShardedS
 }
 
 void ShardedTraining::start_gather(size_t id, const Tensor& shard, Tensor& gathered) {
-  gathers_[id] = comm_.start_all_gather(shard.raw(), gathered.raw(), shard.bytes(),
-                                        "all-gather of shard unit " + std::to_string(id));
+  gathers_[id] = group_.start_all_gather(shard.raw(), gathered.raw(), shard.bytes(),
+                                         "all-gather of shard unit " + std::to_string(id));
 }
 
 void ShardedTraining::wait_gather(size_t id) { wait_for(gathers_, id); }
 
 void ShardedTraining::start_reduce_scatter(size_t id, const Tensor& full, Tensor& shard) {
   scatters_[id] =
-      comm_.start_reduce_scatter(full.data(), shard.data(), shard.numel(),
-                                 "reduce-scatter of gradient unit " + std::to_string(id));
+      group_.start_reduce_scatter(full.data(), shard.data(), shard.numel(),
+                                  "reduce-scatter of gradient unit " + std::to_string(id));
 }
 
 void ShardedTraining::wait_reduce_scatter(size_t id) { wait_for(scatters_, id); }
@@ -52,18 +70,26 @@ void ShardedTraining::progress() {
 double ShardedTraining::reduce(double local_loss) {
   if (!gathers_.empty() || !scatters_.empty())
     throw std::logic_error("sharded training: collectives still in flight after the backward");
+  std::vector<std::unique_ptr<CommRequest>> sums;
+  if (replicas_)
+    for (Tensor& g : sharded_.grads)
+      sums.push_back(replicas_->start_allreduce_sum(g.data(), g.numel(),
+                                                    "all-reduce of a gradient shard's replicas"));
   for (Tensor* counts : expert_counts(state_))
-    comm_.allreduce_sum(counts->data(), counts->numel(), "all-reduce of the MoE token counts");
-  const float mean = 1.0f / static_cast<float>(comm_.size());
+    sums.push_back(world_.start_allreduce_sum(counts->data(), counts->numel(),
+                                              "all-reduce of the MoE token counts"));
+  for (const auto& request : sums) request->wait();  // in start order, as comm.h asks
+  const float mean = 1.0f / static_cast<float>(world_.size());
   for (Tensor& g : sharded_.grads) state_.backend->scale(g, mean);
-  return comm_.sum(local_loss, "all-reduce of the loss") / comm_.size();
+  return world_.sum(local_loss, "all-reduce of the loss") / world_.size();
 }
 
 double ShardedTraining::clip_grad_norm(double max_norm) {
-  // Buffers' and padding's gradients are zero: they add nothing.
+  // Buffers' and padding's gradients are zero: they add nothing. Every
+  // shard group holds the same shards (HSDP), so its sum is the norm.
   double sum = 0;
   for (const Tensor& g : sharded_.grads) sum += state_.backend->sum_squares(g);
-  const double norm = std::sqrt(comm_.sum(sum, "all-reduce of the squared gradient norm"));
+  const double norm = std::sqrt(group_.sum(sum, "all-reduce of the squared gradient norm"));
   const double coef = max_norm / (norm + 1e-6);
   if (coef < 1.0)
     for (Tensor& g : sharded_.grads) state_.backend->scale(g, static_cast<float>(coef));
@@ -100,7 +126,7 @@ void ShardedTraining::gather_full(ModelState& full, bool with_optimizer) {
       const ShardUnit& unit = layout.units[u];
       flat.resize(static_cast<size_t>(unit.chunk * layout.ranks));
       const HostView shard(*state_.backend, (*shards)[u]);
-      comm_
+      group_
           .start_all_gather(shard.data(), flat.data(), (*shards)[u].bytes(),
                             "all-gather of the state for a save")
           ->wait();
@@ -114,15 +140,9 @@ void ShardedTraining::gather_full(ModelState& full, bool with_optimizer) {
     if (!program_params[p].trainable) state_.backend->copy(state_.params[p], full.params[p]);
 }
 
-void ShardedTraining::load_full(const ModelState& full, bool with_optimizer) {
-  sharded_.load_owned(full.params, sharded_.params);
-  if (with_optimizer && !full.exp_avg.empty()) {
-    sharded_.load_owned(full.exp_avg, sharded_.exp_avg);
-    sharded_.load_owned(full.exp_avg_sq, sharded_.exp_avg_sq);
-  }
-  const auto& program_params = state_.program->params;
-  for (size_t p = 0; p < program_params.size(); ++p)
-    if (!program_params[p].trainable) state_.backend->copy(full.params[p], state_.params[p]);
+double ShardedTraining::group_wait_seconds() const {
+  return (own_group_ ? own_group_->wait_seconds() : 0) +
+         (replicas_ ? replicas_->wait_seconds() : 0);
 }
 
 }  // namespace remat

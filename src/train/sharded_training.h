@@ -1,5 +1,6 @@
 // ZeRO-3 / FSDP training (parallelism.data_parallel_shard_degree = N, under
-// `mpirun -np N`): the collectives of runtime/sharded_state.h over the
+// `mpirun -np N`; HSDP with data_parallel_replicate_degree = R under
+// `mpirun -np R x N`): the collectives of runtime/sharded_state.h over the
 // communicator, and the parts of a step that see the shards: the reduction
 // after the backward, the gradient norm, AdamW, and the full state a
 // checkpoint is written from.
@@ -9,7 +10,8 @@
 //    rows [r * local, (r + 1) * local) of the global batch;
 //  - a gradient shard is the rank-ordered sum of the ranks' full unit
 //    gradients (dist/comm.h), divided by N: replicate's bits for the same
-//    elements;
+//    elements; under HSDP (replicate R x shard S = N ranks) the sum of the
+//    groups' rank-ordered sums, in group order (within rounding of it);
 //  - grad_norm is the square root of the rank-ordered sum of the shards'
 //    squared norms: the same on every rank and in every run, but summed in
 //    another order than one process sums its per-parameter norms (within
@@ -33,9 +35,14 @@ namespace remat {
 
 class ShardedTraining final : public UnitCollectives {
  public:
+  // Shards over groups of `shard_ranks` consecutive ranks of `world`
+  // (rank r is rank r % shard_ranks of group r / shard_ranks); with more
+  // ranks than that (HSDP: replicate x shard), each group holds a replica
+  // and the gradient shards are all-reduced across the groups. Splitting
+  // the groups is a collective: call it once the inputs are confirmed.
   // `state` holds the buffers; `sharded` the shards (its collectives are
   // set to this object).
-  ShardedTraining(Communicator& comm, ModelState& state, ShardedState& sharded);
+  ShardedTraining(Communicator& world, int shard_ranks, ModelState& state, ShardedState& sharded);
 
   void start_gather(size_t id, const Tensor& shard, Tensor& gathered) override;
   void wait_gather(size_t id) override;
@@ -43,9 +50,10 @@ class ShardedTraining final : public UnitCollectives {
   void wait_reduce_scatter(size_t id) override;
   void progress() override;
 
-  // After this rank's backward (every reduce-scatter done): sums the MoE
-  // token counts, divides the gradient shards by the ranks; returns the
-  // global loss (the mean of the ranks' losses).
+  // After this rank's backward (every reduce-scatter done): all-reduces the
+  // gradient shards across the replicas (HSDP), sums the MoE token counts,
+  // divides the gradient shards by the ranks; returns the global loss (the
+  // mean of the ranks' losses).
   double reduce(double local_loss);
   // As clip_grad_norm (optimizer.h), over the shards.
   double clip_grad_norm(double max_norm);
@@ -55,11 +63,15 @@ class ShardedTraining final : public UnitCollectives {
   // Every rank: the full parameters (and moments) gathered into `full`
   // (Holds::kEverything, its own allocator), buffers included.
   void gather_full(ModelState& full, bool with_optimizer);
-  // The shards (and buffers) from a full state, e.g. a loaded checkpoint.
-  void load_full(const ModelState& full, bool with_optimizer);
+  // Seconds this rank blocked in the groups' collectives (HSDP; the world's
+  // are Communicator::wait_seconds()).
+  double group_wait_seconds() const;
 
  private:
-  Communicator& comm_;
+  Communicator& world_;
+  std::unique_ptr<Communicator> own_group_;  // HSDP: this rank's shard group
+  std::unique_ptr<Communicator> replicas_;   // HSDP: the ranks holding the same shard
+  Communicator& group_;                      // the shard group: own_group_ or the world
   ModelState& state_;
   ShardedState& sharded_;
   std::map<size_t, std::unique_ptr<CommRequest>> gathers_, scatters_;

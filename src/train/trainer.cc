@@ -178,10 +178,9 @@ RunRecord read_saved_run(const JobConfig& config) {
 }
 
 // Fresh weights from training.seed, replaced by checkpoint.load's when given;
-// returns the step the run continues from. A sharded run (`sharded` set)
-// keeps its shards of them.
-int64_t initialize_state(const JobConfig& config, Session& session, bool with_optimizer,
-                         ShardedTraining* sharded) {
+// returns the step the run continues from. A sharded run keeps its shards
+// of them.
+int64_t initialize_state(const JobConfig& config, Session& session, bool with_optimizer) {
   ModelState& state = session.state;
   const auto seed = static_cast<uint64_t>(config.training.seed);
   state.initialize(seed);
@@ -191,13 +190,13 @@ int64_t initialize_state(const JobConfig& config, Session& session, bool with_op
   if (with_optimizer) state.ensure_optimizer_state();
   if (config.checkpoint.load.empty()) return 0;
   int64_t step = 0;
-  if (sharded) {
+  if (session.sharded) {
     // The whole file is read on every rank, outside the run's books.
     Allocator file_books;
     ModelState full(*state.program, file_books, /*with_gradients=*/false);
     full.ensure_optimizer_state();
     step = load_checkpoint(config.checkpoint.load, full, /*with_optimizer=*/true);
-    sharded->load_full(full, /*with_optimizer=*/true);
+    session.sharded->load_full(full);
   } else {
     step = load_checkpoint(config.checkpoint.load, state, /*with_optimizer=*/true);
   }
@@ -642,7 +641,8 @@ void Trainer::print_parts_per_rank() const {
 void Trainer::print_communication() const {
   const double seconds = std::chrono::duration<double>(Clock::now() - train_start_).count();
   const std::vector<double> waits =
-      comm_.all_gather(comm_.wait_seconds(), "all-gather of the wait times");
+      comm_.all_gather(comm_.wait_seconds() + (sharded_ ? sharded_->group_wait_seconds() : 0),
+                       "all-gather of the wait times");
   std::string text;
   for (size_t r = 0; r < waits.size(); ++r) {
     char part[64];
@@ -688,7 +688,11 @@ int run_train(const JobConfig& config, Communicator& comm) {
   const auto& t = config.training;
   check_data_parallel_degrees(config, comm);
   const bool leads = comm.rank() == 0;  // the rank that writes files
-  const Setup setup = make_setup(config, t.local_batch_size, Pass::kTraining);
+  // The CPU engine: one process, or the ranks it shards over (a budget plan
+  // is solved for what each rank holds, as `remat plan` solves it).
+  PlannerOptions engine;
+  engine.shard_degree = config.parallelism.data_parallel_shard_degree;
+  const Setup setup = make_setup(config, t.local_batch_size, Pass::kTraining, engine);
   print_setup(config, setup);
   const bool seed_only = config.checkpoint.create_seed_checkpoint;
   if (t.steps == 0 && !seed_only) {
@@ -713,15 +717,16 @@ int run_train(const JobConfig& config, Communicator& comm) {
     remove_stale_checkpoint_temporaries(config);
   }
 
-  Session session(setup, /*with_gradients=*/!seed_only, shards(config) ? comm.size() : 1,
-                  comm.rank());
-  std::unique_ptr<ShardedTraining> sharded;
-  if (session.sharded)
-    sharded = std::make_unique<ShardedTraining>(comm, session.state, *session.sharded);
-  const int64_t start_step =
-      initialize_state(config, session, /*with_optimizer=*/!seed_only, sharded.get());
+  // Rank r holds chunk r % S of every unit (S the shard degree; HSDP's
+  // groups are consecutive ranks).
+  const auto shard_ranks = static_cast<int>(config.parallelism.data_parallel_shard_degree);
+  Session session(setup, /*with_gradients=*/!seed_only, shard_ranks, comm.rank() % shard_ranks);
+  const int64_t start_step = initialize_state(config, session, /*with_optimizer=*/!seed_only);
   confirm_inputs(comm);
   comm.set_timeout(config.comm.train_timeout_seconds);
+  std::unique_ptr<ShardedTraining> sharded;  // splits HSDP's groups: after the agreement
+  if (session.sharded)
+    sharded = std::make_unique<ShardedTraining>(comm, shard_ranks, session.state, *session.sharded);
   if (seed_only) return leads ? write_seed_checkpoint(config, session.state) : 0;
   std::printf("dataset: %s\n", data.description.c_str());
   if (comm.size() > 1) std::printf("%s\n", describe_data_parallel(config, comm).c_str());

@@ -43,6 +43,24 @@ TEST(Comm, AllreduceIsTheRankOrderedSumOnEveryRank) {
   }
 }
 
+// A split communicator is an MPI job of its own among the ranks of one
+// colour: ranked in world order, its collectives summing only them.
+TEST(Comm, SplitGroupsTheRanksOfOneColour) {
+  Communicator& comm = world();
+  const int color = comm.rank() % 2;
+  const std::unique_ptr<Communicator> part = comm.split(color);
+  const int members = (comm.size() - color + 1) / 2;  // ranks color, color + 2, ...
+  ASSERT_EQ(part->size(), members);
+  EXPECT_EQ(part->rank(), comm.rank() / 2);
+  EXPECT_EQ(part->timeout(), comm.timeout());
+  std::vector<float> data = {static_cast<float>(comm.rank()), 1.0f};
+  part->allreduce_sum(data.data(), 2, "test all-reduce of a split");
+  float ranks = 0;
+  for (int r = color; r < comm.size(); r += 2) ranks += static_cast<float>(r);
+  EXPECT_EQ(data[0], ranks);
+  EXPECT_EQ(data[1], static_cast<float>(members));
+}
+
 // Many all-reduces in flight, driven together while the ranks' timing
 // differs (as the trainer's per-block all-reduces are): their reduce-scatters
 // finish in any order, yet each rank must start their all-gathers in one

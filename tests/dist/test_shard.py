@@ -19,8 +19,11 @@ writes every step's loss and grad_norm to metrics.jsonl (full doubles):
     validation loss within 1e-5;
  6. each run checks at its end that the ranks' MoE expert_bias buffers are
     equal (remat fails otherwise);
- 7. sharding with replicate > 1 (HSDP), and a shard degree other than the
-    ranks, exit 2 with the message printed once.
+ 7. HSDP, replicate 2 x shard 2 on 4 ranks x batch 1, against 1 process x
+    batch 4 and shard 2 x batch 2 within 1e-5 (the groups' sums are added
+    in group order, not rank order), for llama3 and llama4 debug;
+ 8. degrees whose product is not the number of ranks exit 2 with the message
+    printed once.
 Exit 0 only if everything holds.
 """
 
@@ -98,12 +101,23 @@ def against_replicate_and_one_process(remat, tmp, config):
           f"worst relative difference {w:.2e} (<= 1e-5)")
     check(f"{config}: the log says the run shards", "(shard 2: parameters" in out and
           "global batch 4 = 2 x 2" in out, "")
+    hsdp(remat, tmp, config, one, sharded)
     return sharded
+
+
+def hsdp(remat, tmp, config, one, sharded):
+    both, out = train(remat, tmp, config + "_hsdp", config, 1, 4, SHARD + REPLICATE)
+    check(f"{config}: HSDP 5 steps logged", len(both) == STEPS, f"{len(both)}")
+    for what, other in [("1 x 4", one), ("shard 2 x 2", sharded)]:
+        w = worst(both, other)
+        check(f"{config}: HSDP replicate 2 x shard 2 x batch 1 vs {what}", w <= 1e-5,
+              f"worst relative difference {w:.2e} (<= 1e-5)")
+    check(f"{config}: the log says the run is HSDP", "(replicate 2 x shard 2" in out, "")
 
 
 def bad_degrees(remat, tmp):
     config = os.path.join(REPO, "configs", "llama3_debug.toml")
-    for what, extra in [("HSDP (shard 2 x replicate 2)", SHARD + REPLICATE),
+    for what, extra in [("HSDP 2 x 2 on 2 ranks", SHARD + REPLICATE),
                         ("shard degree 4 on 2 ranks",
                          ["--parallelism.data_parallel_shard_degree", "4"])]:
         folder = os.path.join(tmp, "bad")

@@ -24,7 +24,6 @@ namespace {
 // collectives in flight and the most blocks gathered at once.
 class OneProcess final : public UnitCollectives {
  public:
-  explicit OneProcess(Backend& backend) : backend_(backend) {}
   void start_gather(size_t id, const Tensor& shard, Tensor& gathered) override {
     if (shard.raw() && gathered.raw())
       std::memcpy(gathered.raw(), shard.raw(), static_cast<size_t>(shard.bytes()));
@@ -39,13 +38,10 @@ class OneProcess final : public UnitCollectives {
     ++scatters_started;
   }
   void wait_reduce_scatter(size_t id) override { EXPECT_EQ(scatters.erase(id), 1u) << id; }
-  void progress() override { (void)backend_; }
+  void progress() override {}
 
   std::map<size_t, bool> gathers, scatters;  // in flight
   int gathers_started = 0, scatters_started = 0;
-
- private:
-  Backend& backend_;
 };
 
 std::vector<AcOptions> modes() {
@@ -110,7 +106,7 @@ TEST(ShardedState, OneRankComputesTheUnshardedLossAndGradients) {
       Executor run(program, make_schedule(program, plan, true), books, buffers);
       ShardedState sharded(buffers, run.schedule(), 1, 0);
       sharded.initialize(5);
-      OneProcess collectives(cpu_backend());
+      OneProcess collectives;
       sharded.set_collectives(&collectives);
       run.set_param_source(&sharded);
       const double got = run.run(batch);
@@ -140,7 +136,7 @@ TEST(ShardedState, EveryCollectiveIsWaitedForAndTheNextBlockIsPrefetched) {
       ModelState buffers(program, books, true, cpu_backend(), Holds::kBuffersOnly);
       Executor run(program, make_schedule(program, make_plan(program, mode), true), books, buffers);
       ShardedState sharded(buffers, run.schedule(), 3, 1);
-      OneProcess collectives(cpu_backend());
+      OneProcess collectives;
       sharded.set_collectives(&collectives);
       run.set_param_source(&sharded);
       int64_t most_gathered = 0;
