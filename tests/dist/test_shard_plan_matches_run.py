@@ -13,7 +13,8 @@ activations, temporaries) must equal the plan's prediction exactly. The peak
 includes the gathered blocks in flight (the one computing and the one
 prefetched) and the full gradients before their reduce-scatter. HSDP
 (replicate 2 x shard 2, 4 ranks) holds what shard 2 holds: each of its
-ranks' peak and parts equal the plan's too. Also: the
+ranks' peak and parts equal the plan's too, as do those of a memory_budget
+run (the solver plans for what a rank holds). Also: the
 sharded parameters, gradients and optimizer state of a rank are about half
 of one process's (1/2 plus the padding of each unit to an even split,
 under 0.1% here).
@@ -65,25 +66,23 @@ def measured_parts(out):
     return ranks
 
 
-def hsdp(tmp):
-    """Failures of HSDP's ranks against the plan, in the configured mode."""
-    base = [*MODELS["llama3 debug"], "--training.threads", "1", *SHARD,
-            "--parallelism.data_parallel_replicate_degree", "2"]
+def against_plan(label, base, ranks, tmp):
+    """Failures of each rank's peak and parts against the plan, in the configured mode."""
     plan = json.loads(subprocess.run([REMAT, "plan", *base, "--json"], capture_output=True,
                                      text=True, check=True).stdout)["configured"]
-    run = subprocess.run(MPIRUN + ["-np", "4", REMAT, "train", *base, "--training.steps", "1",
-                                   "--metrics.peak_flops", "1e11", "--job.dump_folder", tmp],
+    run = subprocess.run(MPIRUN + ["-np", str(ranks), REMAT, "train", *base, "--training.steps",
+                                   "1", "--metrics.peak_flops", "1e11", "--job.dump_folder", tmp],
                          capture_output=True, text=True, timeout=300)
     if run.returncode != 0:
-        return [f"HSDP: train failed: {run.stderr[-2000:]}"]
+        return [f"{label}: train failed: {run.stderr[-2000:]}"]
     want = {p: plan["at_peak"][p] for p in PARTS}
     failures = []
     for rank, got in sorted(measured_parts(run.stdout).items()):
         ok = got == want and sum(got.values()) == plan["peak_bytes"]
-        print(f"HSDP 2 x 2 llama3 debug rank {rank}: predicted {plan['peak_bytes']:>11,d}  "
+        print(f"{label} rank {rank}: predicted {plan['peak_bytes']:>11,d}  "
               f"measured {sum(got.values()):>11,d}  {'ok' if ok else 'OFF'}")
         if not ok:
-            failures.append(f"HSDP rank {rank}: plan {want}, run {got}")
+            failures.append(f"{label} rank {rank}: plan {want}, run {got}")
     return failures
 
 
@@ -121,7 +120,12 @@ def main():
                       f"  measured {sum(got.values()):>11,d}  {'ok' if ok else 'OFF'}")
                 if not ok:
                     failures.append(f"{name} {row['name']} rank {rank}: plan {want}, run {got}")
-    failures += hsdp(tmp)
+    debug = [*MODELS["llama3 debug"], "--training.threads", "1", *SHARD]
+    failures += against_plan("HSDP 2 x 2, llama3 debug", [
+        *debug, "--parallelism.data_parallel_replicate_degree", "2"], 4, tmp)
+    # The budget solver plans for what a rank holds, in `remat plan` and in the run alike.
+    failures += against_plan("memory_budget 82000000B, llama3 debug", [
+        *debug, AC + "mode", "memory_budget", AC + "memory_budget", "82000000B"], 2, tmp)
     shutil.rmtree(tmp)
     if failures:
         print("FAIL:\n" + "\n".join(failures))
