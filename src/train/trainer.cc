@@ -661,6 +661,20 @@ void Trainer::print_profile(int64_t step) const {
   }
 }
 
+// Ctrl-C on mpirun reaches the ranks as Open MPI's SIGTERM, followed by
+// SIGKILL odls_base_sigkill_timeout seconds later (1 unless set; mpirun
+// passes --mca settings to the ranks' environment): often too little to
+// finish the step and save (README "Data parallelism over MPI").
+void note_mpirun_interrupts(const JobConfig& config, const Communicator& comm) {
+  if (comm.size() == 1 || !config.checkpoint.enable ||
+      std::getenv("OMPI_MCA_odls_base_sigkill_timeout") != nullptr)
+    return;
+  std::printf(
+      "note: Ctrl-C on mpirun leaves the ranks 1 s between Open MPI's SIGTERM and SIGKILL to "
+      "finish the step and save; for the final checkpoint, run mpirun with --mca "
+      "odls_base_sigkill_timeout S, S seconds above a step and a save\n");
+}
+
 // What validation reads and when, and its predicted peak next to the training
 // step's: the forward-only pass at batch 1 stays below it (its live values
 // are a subset of the training forward's, at a smaller batch).
@@ -717,6 +731,7 @@ int run_train(const JobConfig& config, Communicator& comm) {
   if (seed_only) return leads ? write_seed_checkpoint(config, session.state) : 0;
   std::printf("dataset: %s\n", data.description.c_str());
   if (comm.size() > 1) std::printf("%s\n", describe_data_parallel(config, comm).c_str());
+  note_mpirun_interrupts(config, comm);
   BatchLoader loader(std::move(data.tokens), t.local_batch_size * comm.size(), t.seq_len,
                      t.dataset_path.empty() ? t.dataset : t.dataset_path);
   if (start_step > 0) {
