@@ -22,8 +22,8 @@ int run_checkpoint_command(const std::vector<std::string>& args) {
                      (args.empty() ? "missing subcommand" : "unknown subcommand " + args[0]) +
                      " (expected convert)\n" + kCheckpointUsage);
   if (args.size() != 3)
-    throw InputError("checkpoint convert takes SRC and DST, got " +
-                     std::to_string(args.size() - 1) + " arguments\n" + kCheckpointUsage);
+    throw InputError("checkpoint convert takes SRC and DST (2 arguments), got " +
+                     std::to_string(args.size() - 1) + "\n" + kCheckpointUsage);
   const std::string& source = args[1];
   const std::string& target = args[2];
   if (!std::filesystem::is_directory(source))

@@ -58,9 +58,12 @@ struct OwnedShards {
 // shard file into `folder` (created if missing), then, once every rank's is
 // in place, rank 0 writes the index; returns when the checkpoint is
 // complete. `run` is the string metadata to record (RunRecord::metadata()).
-// Throws std::runtime_error on every rank, before any index is written, when
-// a rank's shard holds non-finite values or its file cannot be written (the
-// failing rank's own error is an InputError naming checkpoint.folder).
+// When a rank's shard holds non-finite values or its file cannot be written,
+// every rank throws before any index is written: the failing rank its own
+// error, the others one naming that rank, of the same kind (InputError, exit
+// 2, for an unwritable checkpoint.folder; std::runtime_error otherwise).
+// Waits are bounded by comm's timeout: the caller sets one long enough for
+// the slowest rank's write.
 void save_sharded_checkpoint(const std::string& folder, const OwnedShards& shards, int64_t step,
                              const std::map<std::string, std::string>& run, Communicator& comm);
 

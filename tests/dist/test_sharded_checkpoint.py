@@ -11,17 +11,20 @@ checkpoints") under mpirun -np 2, and one process.
     uninterrupted run;
  3. resumed as one process (no mpirun) with local batch 4, the same global
     batch: steps 3 to 5 within 1e-5 relative of the 2-rank run (the model
-    and optimizer state resharded from 2 ranks to 1);
+    and optimizer state resharded from 2 ranks to 1); and the other way, a
+    one-process sharded checkpoint resumed by 2 ranks x batch 2;
  4. `remat checkpoint convert` turns a 2-rank sharded checkpoint into the
     very bytes a single-file save of the same run writes, and the PyTorch
-    oracle on the converted weights agrees with `remat eval` within 1e-5;
+    oracle on the converted weights agrees with `remat eval` within 1e-5
+    (which reads the step folder as the converted file); bad arguments are
+    exit 2 with nothing written;
  5. a save that cannot complete (rank 1's shard file blocked) ends the job
     non-zero and leaves that step folder without an index; loading it is
     exit 2 naming the incomplete save; the previous step still resumes;
  6. rank 1 killed (SIGKILL) while a run saves every step: every step folder
     with an index loads, and the last of them resumes;
  7. damaged checkpoints are exit 2 with the message printed once: a shard cut
-    short, a flipped byte, a malformed index;
+    short (one process and 2 ranks), a flipped byte, a malformed index;
  8. Ctrl-C on mpirun (SIGINT to mpirun, with --mca odls_base_sigkill_timeout
     so that Open MPI's SIGTERM leaves the ranks time): both ranks stop after
     the same step, save it (a complete sharded checkpoint: each rank's shard
@@ -130,6 +133,24 @@ def save_and_resume(remat, tmp, config):
     return straight
 
 
+def one_to_two(remat, tmp):
+    """A sharded checkpoint of one process, resumed by 2 ranks."""
+    run(command(remat, tmp, "one", "llama3_debug.toml", 4, 1, [
+        "--training.steps", "5", "--checkpoint.enable", "true", "--checkpoint.interval", "2"]),
+        "1-process sharded run")
+    straight = steps(tmp, "one")
+    check("1 process: its step folder holds one shard and the index",
+          sorted(os.listdir(folder(tmp, "one", 2))) == ["index.json", "shard-0-of-1.safetensors"])
+    run(command(remat, tmp, "one_2r", "llama3_debug.toml", 2, 2, [
+        "--training.steps", "5", "--checkpoint.load", folder(tmp, "one", 2)]),
+        "2-rank resume of a 1-process checkpoint")
+    two = steps(tmp, "one_2r")
+    worst = max((max(rel(two[s][0], straight[s][0]), rel(two[s][1], straight[s][1]))
+                 for s in (3, 4, 5)), default=1) if sorted(two) == [3, 4, 5] else 1
+    check(f"1 process resumed as 2 ranks x batch 2: steps 3-5 within {TOL:g}", worst <= TOL,
+          f"worst relative difference {worst:.2e}")
+
+
 def convert_and_oracle(remat, tmp):
     model = ["--model.dim", str(oracle.DIM), "--model.n_layers", str(oracle.N_LAYERS),
              "--model.n_heads", str(oracle.N_HEADS), "--model.n_kv_heads",
@@ -144,6 +165,17 @@ def convert_and_oracle(remat, tmp):
     with open(converted, "rb") as a, open(os.path.join(
             tmp, "small_file", "checkpoint", "step-3.safetensors"), "rb") as b:
         check("converted: the bytes of the single-file save of the same run", a.read() == b.read())
+    bad_out = os.path.join(tmp, "never.safetensors")
+    for label, args, message in [
+            ("no subcommand", [], "expected convert"),
+            ("a file for SRC", [converted, bad_out], "expected a sharded checkpoint's step folder"),
+            ("an incomplete folder", [os.path.join(tmp, "small"), bad_out], "has no index.json"),
+            ("one argument", [folder(tmp, "small", 3)], "takes SRC and DST")]:
+        proc = run([remat, "checkpoint", *(["convert"] if args else []), *args], label,
+                   status=None)
+        check(f"convert, {label}: exit 2 naming the problem, nothing written",
+              proc.returncode == 2 and message in proc.stderr and not os.path.exists(bad_out),
+              f"{proc.returncode}: {proc.stderr[-300:]}")
     args_json = os.path.join(tmp, "args.json")
     with open(args_json, "w") as f:
         json.dump(oracle.MODEL_ARGS, f)
@@ -246,10 +278,9 @@ def killed_mid_save(remat, tmp):
 
 
 def damaged(remat, tmp, source):
-    def expect_exit_2(label, path, message):
-        proc = run([remat, "train", "--config", os.path.join(REPO, "configs", "llama3_debug.toml"),
-                    *COMMON, "--training.steps", "3", "--checkpoint.load", path,
-                    "--job.dump_folder", os.path.join(tmp, "damaged_out")], label, status=None)
+    def expect_exit_2(label, path, message, ranks=1):
+        proc = run(command(remat, tmp, "damaged_out", "llama3_debug.toml", 2, ranks, [
+            "--training.steps", "3", "--checkpoint.load", path]), label, status=None)
         check(f"{label}: exit 2, the message once", proc.returncode == 2 and
               proc.stderr.count(message) == 1, f"{proc.returncode}: {proc.stderr[-500:]}")
 
@@ -262,6 +293,7 @@ def damaged(remat, tmp, source):
     shard = os.path.join(cut, "shard-1-of-2.safetensors")
     os.truncate(shard, os.path.getsize(shard) - 8)
     expect_exit_2("a shard cut short", cut, "the index records")
+    expect_exit_2("a shard cut short, 2 ranks", cut, "the index records", ranks=2)
     flipped = copy("flipped")
     with open(os.path.join(flipped, "shard-0-of-2.safetensors"), "r+b") as f:
         f.seek(-5, os.SEEK_END)
@@ -289,15 +321,19 @@ def shard_step(path):
         return None
 
 
-def ctrl_c(remat, tmp, total=20):
+def ctrl_c(remat, tmp):
     name = "ctrl_c"
+    # A learning rate that does not depend on training.steps (warmup, then
+    # constant), so runs of other lengths compare step for step.
+    lr = ["--lr_scheduler.warmup_steps", "2", "--lr_scheduler.decay_ratio", "0"]
     cmd = command(remat, tmp, name, "llama3_debug.toml", 2, 2, [
-        "--training.steps", str(total), "--checkpoint.enable", "true",
-        "--checkpoint.interval", "1000"])
-    cmd = cmd[:3] + ["--mca", "odls_base_sigkill_timeout", "3"] + cmd[3:]
+        *lr, "--training.steps", "100000", "--checkpoint.enable", "true",
+        "--checkpoint.interval", "100000"])
+    # Open MPI sends SIGTERM 5 s after the Ctrl-C and SIGKILL 5 s after that.
+    cmd = cmd[:3] + ["--mca", "odls_base_sigkill_timeout", "5"] + cmd[3:]
     proc, log = start(cmd, os.path.join(tmp, name + ".txt"), "step:  2")
     proc.send_signal(signal.SIGINT)
-    proc.wait(timeout=60)
+    proc.wait(timeout=90)
     log.seek(0)
     out = log.read()
     log.close()
@@ -315,16 +351,18 @@ def ctrl_c(remat, tmp, total=20):
           ["index.json", "shard-0-of-2.safetensors", "shard-1-of-2.safetensors"])
     check("Ctrl-C on mpirun: each rank exits 143",
           "exit status 143: interrupted run" in out, out[-400:])
-    if not os.path.isfile(index) or step >= total:
+    if not os.path.isfile(index):
         return
+    total = str(step + 2)
     run(command(remat, tmp, name + "_resumed", "llama3_debug.toml", 2, 2, [
-        "--training.steps", str(total), "--checkpoint.load", folder(tmp, name, step)]),
+        *lr, "--training.steps", total, "--checkpoint.load", folder(tmp, name, step)]),
         "resume after Ctrl-C")
     run(command(remat, tmp, name + "_straight", "llama3_debug.toml", 2, 2, [
-        "--training.steps", str(total)]), "uninterrupted run")
+        *lr, "--training.steps", total]), "uninterrupted run")
     straight, resumed = steps(tmp, name + "_straight"), steps(tmp, name + "_resumed")
     check("Ctrl-C on mpirun: the resumed run continues bit for bit",
-          resumed == {s: v for s, v in straight.items() if s > step}, f"from step {step}")
+          resumed == {s: v for s, v in straight.items() if s > step} and len(resumed) == 2,
+          f"from step {step}")
 
 
 def main():
@@ -332,6 +370,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="remat_sharded_") as tmp:
         save_and_resume(remat, tmp, "llama3_debug.toml")
         save_and_resume(remat, tmp, "llama4_debug.toml")
+        one_to_two(remat, tmp)
         convert_and_oracle(remat, tmp)
         incomplete_save(remat, tmp)
         os.makedirs(os.path.join(tmp, "damaged"))
