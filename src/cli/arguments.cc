@@ -24,6 +24,8 @@ const char* const kUsage =
     "  tokenizer train --input FILE --vocab_size N --output FILE.model\n"
     "          [--model_type bpe|unigram]: a SentencePiece tokenizer for model.tokenizer_path\n"
     "          (needs no --config)\n"
+    "  checkpoint convert SRC DST.safetensors: a sharded checkpoint's step folder as one\n"
+    "          single-file checkpoint (needs no --config)\n"
     "Any config key can be overridden as --section.key value or --section.key=value.\n";
 
 namespace {

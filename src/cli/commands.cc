@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cli/arguments.h"
+#include "cli/checkpoint_command.h"
 #include "cli/generate_command.h"
 #include "cli/tokenizer_command.h"
 #include "core/error.h"
@@ -64,6 +65,11 @@ int dispatch(int argc, char** argv, Communicator& comm) {
   for (int i = 1; i < argc; ++i) args.push_back(argv[i]);
   if (!args.empty() && args[0] == "tokenizer")  // needs no job config
     return run_tokenizer_command({args.begin() + 1, args.end()});
+  if (!args.empty() && args[0] == "checkpoint") {  // needs no job config either
+    if (comm.size() > 1)
+      throw InputError("`remat checkpoint` runs in one process (run it without mpirun)");
+    return run_checkpoint_command({args.begin() + 1, args.end()});
+  }
   const CommandLine c = parse_command_line(args);
   if (comm.size() > 1 && c.command != "train")
     throw InputError("`remat " + c.command +

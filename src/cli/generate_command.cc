@@ -10,7 +10,6 @@
 #include "core/error.h"
 #include "core/format.h"
 #include "generate/generate.h"
-#include "io/safetensors.h"
 #include "io/tokenizer.h"
 #include "planner/setup.h"
 #include "train/checkpoint.h"
@@ -96,7 +95,7 @@ int run_generate(const JobConfig& config, const GenerateFlags& flags) {
                      std::to_string(prompt.size()) + " prompt tokens and the new ones exceed " +
                      std::to_string(kMaxPositions) + " positions");
   }
-  SafetensorsReader::open(config.checkpoint.load);
+  read_checkpoint_info(config.checkpoint.load);  // bad input fails before any work
   configure_threads(config);
   Allocator allocator;
   ModelState state(setup.program(), allocator, /*with_gradients=*/false);

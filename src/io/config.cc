@@ -144,6 +144,7 @@ std::vector<Field> fields_of(JobConfig& c) {
       REMAT_FIELD(checkpoint, interval),
       REMAT_FIELD(checkpoint, load),
       REMAT_FIELD(checkpoint, create_seed_checkpoint),
+      REMAT_FIELD(checkpoint, format),
       REMAT_FIELD(validation, enabled),
       REMAT_FIELD(validation, dataset),
       REMAT_FIELD(validation, freq),
@@ -876,6 +877,9 @@ void validate_other_sections(const JobConfig& c, Validator& v) {
             "a number >= 0 (FLOP/s; 0: measure at start-up)");
   v.require(c.checkpoint.interval > 0, "checkpoint.interval", "an integer > 0");
   v.require(!c.checkpoint.folder.empty(), "checkpoint.folder", "a folder name");
+  static const char* const kCheckpointFormats[] = {"auto", "sharded", "single_file"};
+  v.require(one_of(c.checkpoint.format, kCheckpointFormats), "checkpoint.format",
+            "\"auto\", \"sharded\" or \"single_file\"");
   v.require(c.validation.freq > 0, "validation.freq", "an integer > 0");
   v.require(c.profiling.profile_freq > 0, "profiling.profile_freq", "an integer > 0");
   v.require(c.validation.steps == -1 || c.validation.steps >= 1, "validation.steps",

@@ -106,8 +106,12 @@ struct JobConfig {
     bool enable = false;                // also read as torchtitan's enable_checkpoint
     std::string folder = "checkpoint";  // under job.dump_folder
     int64_t interval = 500;
-    std::string load;  // a .safetensors file to start from
+    std::string load;  // a .safetensors file or a sharded checkpoint's step folder to start from
     bool create_seed_checkpoint = false;
+    // "single_file": rank 0 writes step-N.safetensors; "sharded": every rank
+    // writes its shard into the folder step-N/ (train/sharded_checkpoint.h);
+    // "auto": sharded when the training state is (data_parallel_shard_degree > 1).
+    std::string format = "auto";
   } checkpoint;
   struct Validation {
     bool enabled = false;

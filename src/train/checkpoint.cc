@@ -1,6 +1,7 @@
 #include "train/checkpoint.h"
 
 #include <charconv>
+#include <filesystem>
 #include <map>
 #include <stdexcept>
 
@@ -16,6 +17,21 @@ namespace {
 const char* kExpAvg = "optimizer.exp_avg.";
 const char* kExpAvgSq = "optimizer.exp_avg_sq.";
 }  // namespace
+
+std::string checkpoint_tensor_name(ShardPart part, const std::string& fqn) {
+  return part == ShardPart::kParams   ? fqn
+         : part == ShardPart::kExpAvg ? kExpAvg + fqn
+                                      : kExpAvgSq + fqn;
+}
+
+void write_checkpoint_file(const std::string& path, const std::vector<SafetensorsEntry>& entries,
+                           int64_t step, const std::map<std::string, std::string>& run,
+                           const std::string& key) {
+  std::map<std::string, std::string> metadata = run;
+  metadata["step"] = std::to_string(step);
+  metadata["format"] = "remat";
+  save_safetensors(path, entries, metadata, key);
+}
 
 void save_checkpoint(const std::string& path, const ModelState& state, int64_t step,
                      bool with_optimizer, const std::map<std::string, std::string>& run) {
@@ -41,25 +57,91 @@ void save_checkpoint(const std::string& path, const ModelState& state, int64_t s
       throw std::runtime_error("refusing to write checkpoint " + path + ": tensor '" + e.name +
                                "' holds non-finite values");
   }
-  std::map<std::string, std::string> metadata = run;
-  metadata["step"] = std::to_string(step);
-  metadata["format"] = "remat";
-  save_safetensors(path, entries, metadata, "checkpoint.folder");
+  write_checkpoint_file(path, entries, step, run, "checkpoint.folder");
+}
+
+ReplicaShards owned_shards_of(const ModelState& state, const ShardLayout& layout, int rank,
+                              bool with_optimizer) {
+  ReplicaShards out;
+  out.shards.program = state.program;
+  out.shards.layout = &layout;
+  out.shards.rank = rank;
+  const bool moments = with_optimizer && !state.exp_avg.empty();
+  const std::vector<const std::vector<Tensor>*> sources = {&state.params, &state.exp_avg,
+                                                           &state.exp_avg_sq};
+  std::vector<std::span<const float>>* spans[] = {&out.shards.params, &out.shards.exp_avg,
+                                                  &out.shards.exp_avg_sq};
+  out.buffers.reserve(layout.units.size() * sources.size());
+  for (size_t s = 0; s < (moments ? sources.size() : 1); ++s) {
+    for (size_t u = 0; u < layout.units.size(); ++u) {
+      const ShardUnit& unit = layout.units[u];
+      const auto [begin, end] = layout.owned(u, rank);
+      std::vector<float>& buffer = out.buffers.emplace_back(static_cast<size_t>(end - begin));
+      for (size_t i = 0; i < unit.params.size(); ++i) {
+        const Tensor& t = (*sources[s])[unit.params[i]];
+        const int64_t lo = std::max(begin, unit.offsets[i]);
+        const int64_t hi = std::min(end, unit.offsets[i] + t.numel());
+        if (lo >= hi) continue;
+        const HostView view(*state.backend, t);
+        std::copy(view.data() + (lo - unit.offsets[i]), view.data() + (hi - unit.offsets[i]),
+                  buffer.data() + (lo - begin));
+      }
+      spans[s]->push_back(buffer);
+    }
+  }
+  return out;
+}
+
+ReplicaShards owned_shards_of(const ShardedState& sharded, const ModelState& buffers,
+                              bool with_optimizer) {
+  const ShardLayout& layout = sharded.layout();
+  ReplicaShards out;
+  out.shards.program = buffers.program;
+  out.shards.layout = &layout;
+  out.shards.rank = sharded.rank();
+  const std::vector<const std::vector<Tensor>*> sources = {&sharded.params, &sharded.exp_avg,
+                                                           &sharded.exp_avg_sq};
+  std::vector<std::span<const float>>* spans[] = {&out.shards.params, &out.shards.exp_avg,
+                                                  &out.shards.exp_avg_sq};
+  out.buffers.reserve(layout.units.size() * sources.size());
+  for (size_t s = 0; s < (with_optimizer ? sources.size() : 1); ++s) {
+    for (size_t u = 0; u < layout.units.size(); ++u) {
+      const auto [begin, end] = layout.owned(u, sharded.rank());
+      const HostView shard(*buffers.backend, (*sources[s])[u]);  // starts at element begin
+      std::vector<float>& buffer =
+          out.buffers.emplace_back(shard.data(), shard.data() + (end - begin));
+      const ShardUnit& unit = layout.units[u];
+      for (size_t i = 0; s == 0 && i < unit.params.size(); ++i) {
+        const ParamId p = unit.params[i];
+        if (buffers.program->params[p].trainable) continue;
+        const Tensor& t = buffers.params[p];
+        const int64_t lo = std::max(begin, unit.offsets[i]);
+        const int64_t hi = std::min(end, unit.offsets[i] + t.numel());
+        if (lo >= hi) continue;
+        const HostView view(*buffers.backend, t);
+        std::copy(view.data() + (lo - unit.offsets[i]), view.data() + (hi - unit.offsets[i]),
+                  buffer.data() + (lo - begin));
+      }
+      spans[s]->push_back(buffer);
+    }
+  }
+  return out;
 }
 
 namespace {
 
 // A metadata value that must be a non-negative decimal integer, all of it
 // ("1e3" is not 1, "-5" is nothing); `absent` when the key is missing.
-int64_t metadata_integer(const SafetensorsReader& reader, const std::string& key, int64_t absent) {
-  auto it = reader.metadata().find(key);
-  if (it == reader.metadata().end()) return absent;
+int64_t metadata_integer(const std::map<std::string, std::string>& metadata,
+                         const std::string& path, const std::string& key, int64_t absent) {
+  auto it = metadata.find(key);
+  if (it == metadata.end()) return absent;
   const std::string& text = it->second;
   int64_t value = 0;
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (text.empty() || ec != std::errc() || end != text.data() + text.size() || value < 0)
-    throw InputError("checkpoint error: '" + reader.path() + "' has " + key + " metadata \"" +
-                     text + "\", expected a non-negative decimal integer");
+    throw InputError("checkpoint error: '" + path + "' has " + key + " metadata \"" + text +
+                     "\", expected a non-negative decimal integer");
   return value;
 }
 
@@ -71,8 +153,23 @@ void read_tensor(const SafetensorsReader& reader, const std::string& name, const
 
 }  // namespace
 
-int64_t checkpoint_step(const SafetensorsReader& reader) {
-  return metadata_integer(reader, "step", 0);
+CheckpointInfo read_checkpoint_info(const std::string& path) {
+  CheckpointInfo info;
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec))
+    throw InputError("checkpoint error: '" + path +
+                     "': no such file (expected a .safetensors file, or a sharded checkpoint's "
+                     "step folder)");
+  if (std::filesystem::is_directory(path)) {
+    const ShardedCheckpoint checkpoint = ShardedCheckpoint::open(path);
+    info.step = checkpoint.index().step;
+    info.run = RunRecord::read(checkpoint.index().run, path);
+    return info;
+  }
+  const SafetensorsReader reader = SafetensorsReader::open(path);
+  info.step = metadata_integer(reader.metadata(), path, "step", 0);
+  info.run = RunRecord::read(reader.metadata(), path);
+  return info;
 }
 
 std::map<std::string, std::string> RunRecord::metadata() const {
@@ -85,20 +182,64 @@ std::map<std::string, std::string> RunRecord::metadata() const {
   put("training.seq_len", seq_len);
   put("data.windows", windows);
   put("data.next_window", next_window);
+  put("data.ranks", ranks);
   return m;
 }
 
-RunRecord RunRecord::read(const SafetensorsReader& reader) {
+RunRecord RunRecord::read(const std::map<std::string, std::string>& metadata,
+                          const std::string& path) {
+  auto get = [&](const char* key) { return metadata_integer(metadata, path, key, -1); };
   RunRecord r;
-  r.steps = metadata_integer(reader, "training.steps", -1);
-  r.local_batch_size = metadata_integer(reader, "training.local_batch_size", -1);
-  r.seq_len = metadata_integer(reader, "training.seq_len", -1);
-  r.windows = metadata_integer(reader, "data.windows", -1);
-  r.next_window = metadata_integer(reader, "data.next_window", -1);
+  r.steps = get("training.steps");
+  r.local_batch_size = get("training.local_batch_size");
+  r.seq_len = get("training.seq_len");
+  r.windows = get("data.windows");
+  r.next_window = get("data.next_window");
+  r.ranks = get("data.ranks");
   return r;
 }
 
+namespace {
+
+// A sharded checkpoint's state, part by part and unit by unit in the
+// index's order, so each shard tensor is read once.
+int64_t load_sharded_checkpoint(const std::string& folder, ModelState& state, bool with_optimizer) {
+  ShardedCheckpoint c = ShardedCheckpoint::open(folder);
+  const auto& params = state.program->params;
+  std::map<std::string, size_t> id_of_fqn;
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (!c.has(params[i].fqn))
+      throw InputError("checkpoint error: '" + folder + "' has no tensor '" + params[i].fqn +
+                       "' (expected the weights of this model: check model.flavor and sizes)");
+    id_of_fqn[params[i].fqn] = i;
+  }
+  const bool moments = with_optimizer && c.index().with_optimizer;
+  if (moments) state.ensure_optimizer_state();
+  std::vector<Tensor>* targets[] = {&state.params, &state.exp_avg, &state.exp_avg_sq};
+  int64_t total = 0, done = 0;
+  for (const Param& p : params) total += bytes_of(numel(p.shape), DType::kF32) * (moments ? 3 : 1);
+  Progress progress("loading " + folder, total, ProgressUnit::kBytes);
+  for (int part = 0; part < (moments ? 3 : 1); ++part) {
+    for (const ShardIndex::Unit& unit : c.index().units) {
+      for (const ShardIndex::Param& p : unit.params) {
+        const auto it = id_of_fqn.find(p.fqn);
+        if (it == id_of_fqn.end()) continue;  // not this model's (as a file's extra tensors)
+        const Param& param = params[it->second];
+        write_from_host(*state.backend, (*targets[part])[it->second], [&](float* host) {
+          c.read(static_cast<ShardPart>(part), p.fqn, param.shape, 0, numel(param.shape), host);
+        });
+        progress.update(done += bytes_of(numel(param.shape), DType::kF32));
+      }
+    }
+  }
+  return c.index().step;
+}
+
+}  // namespace
+
 int64_t load_checkpoint(const std::string& path, ModelState& state, bool with_optimizer) {
+  if (std::filesystem::is_directory(path))
+    return load_sharded_checkpoint(path, state, with_optimizer);
   SafetensorsReader reader = SafetensorsReader::open(path);
   const auto& params = state.program->params;
   const bool moments = with_optimizer && reader.has(kExpAvg + params[0].fqn);
@@ -123,8 +264,7 @@ int64_t load_checkpoint(const std::string& path, ModelState& state, bool with_op
       read(kExpAvgSq + params[i].fqn, params[i].shape, state.exp_avg_sq[i]);
     }
   }
-  const int64_t step = checkpoint_step(reader);
-  return step;
+  return metadata_integer(reader.metadata(), path, "step", 0);
 }
 
 }  // namespace remat

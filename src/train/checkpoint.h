@@ -1,14 +1,20 @@
 // Checkpoints: model weights (torchtitan FQNs) and, for resumable training,
 // the AdamW moments ("optimizer.exp_avg.<fqn>", "optimizer.exp_avg_sq.<fqn>")
-// and the step, in one safetensors file written atomically.
+// and the step, in one safetensors file written atomically; or, sharded, a
+// step folder that every rank writes its part of (train/sharded_checkpoint.h).
+// Loading takes either: a path that is a folder is a sharded checkpoint.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "io/safetensors.h"
 #include "runtime/model_state.h"
+#include "runtime/shard_layout.h"
+#include "runtime/sharded_state.h"
+#include "train/sharded_checkpoint.h"
 
 namespace remat {
 
@@ -16,9 +22,31 @@ namespace remat {
 void save_checkpoint(const std::string& path, const ModelState& state, int64_t step,
                      bool with_optimizer, const std::map<std::string, std::string>& run = {});
 
-// The "step" metadata of a checkpoint (0 if absent); InputError unless it
-// is a non-negative decimal integer, all of it.
-int64_t checkpoint_step(const SafetensorsReader& reader);
+// A tensor's name in a single-file checkpoint: the FQN, with the moment's
+// prefix for the optimizer state.
+std::string checkpoint_tensor_name(ShardPart part, const std::string& fqn);
+
+// Writes a single-file checkpoint of `entries` (named as above) with its
+// "step", "format" and the run's metadata; InputError naming `key` when it
+// cannot be written.
+void write_checkpoint_file(const std::string& path, const std::vector<SafetensorsEntry>& entries,
+                           int64_t step, const std::map<std::string, std::string>& run,
+                           const std::string& key);
+
+// A replicated state's part for rank `rank` of `layout`: the owned ranges
+// copied out of the full tensors (what save_sharded_checkpoint() takes).
+struct ReplicaShards {
+  std::vector<std::vector<float>> buffers;  // what `shards` points into
+  OwnedShards shards;
+};
+ReplicaShards owned_shards_of(const ModelState& state, const ShardLayout& layout, int rank,
+                              bool with_optimizer);
+// A sharded runtime's part, under its own layout (the checkpoint's when it
+// shards over every rank): the owned ranges of its shards, with the buffers
+// (which it keeps replicated in `buffers`, and zero in the shards) laid over
+// them. Copies, so the run may go on while the file is written.
+ReplicaShards owned_shards_of(const ShardedState& sharded, const ModelState& buffers,
+                              bool with_optimizer);
 
 // What a training run records in each checkpoint it saves, so that a resume
 // can continue the data where the run stopped and say what changed
@@ -30,16 +58,29 @@ struct RunRecord {
   int64_t seq_len = -1;           // "training.seq_len"
   int64_t windows = -1;           // "data.windows": seq_len + 1 token windows in its dataset
   int64_t next_window = -1;       // "data.next_window": where the next batch would start
+  int64_t ranks = -1;             // "data.ranks": the data-parallel ranks sharing each batch
 
   std::map<std::string, std::string> metadata() const;
-  // InputError naming the file and key unless each present value is a
+  // InputError naming `path` and the key unless each present value is a
   // non-negative decimal integer.
-  static RunRecord read(const SafetensorsReader& reader);
+  static RunRecord read(const std::map<std::string, std::string>& metadata,
+                        const std::string& path);
 };
 
+// What a checkpoint (a file or a sharded step folder) records: its step (0
+// if absent) and the run that saved it. InputError for a path that is not a
+// valid checkpoint, or malformed metadata (a non-negative decimal integer
+// expected, all of it).
+struct CheckpointInfo {
+  int64_t step = 0;
+  RunRecord run;
+};
+CheckpointInfo read_checkpoint_info(const std::string& path);
+
 // Loads the weights (every parameter must be present with its shape) and, if
-// the file has them and the state wants them, the optimizer moments. Returns
-// the step stored in the file (0 if none). InputError on any mismatch.
+// the checkpoint has them and the state wants them, the optimizer moments,
+// from a single file or a sharded checkpoint saved with any number of ranks.
+// Returns the step stored in it (0 if none). InputError on any mismatch.
 int64_t load_checkpoint(const std::string& path, ModelState& state, bool with_optimizer);
 
 }  // namespace remat

@@ -44,7 +44,7 @@ int run_eval(const JobConfig& config) {
                      std::to_string(data.tokens.size()) +
                      " tokens, expected at least seq_len + 1 = " + std::to_string(seq + 1));
   }
-  SafetensorsReader::open(config.checkpoint.load);
+  read_checkpoint_info(config.checkpoint.load);  // bad input fails before any work
   configure_threads(config);
   Session session(setup, /*with_gradients=*/false);
   load_checkpoint(config.checkpoint.load, session.state, /*with_optimizer=*/false);
@@ -73,7 +73,7 @@ int run_dump_gradients(const JobConfig& config, const std::string& tokens_path,
                      std::to_string(batch) + " rows of seq_len + 1");
   }
   if (config.checkpoint.load.empty()) throw InputError("grads needs --checkpoint.load FILE");
-  SafetensorsReader::open(config.checkpoint.load);
+  read_checkpoint_info(config.checkpoint.load);  // bad input fails before any work
   check_output_file(out_path, "--out");
   configure_threads(config);
   Session session(setup, /*with_gradients=*/true);

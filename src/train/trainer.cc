@@ -21,11 +21,13 @@
 #include "io/dataset.h"
 #include "io/files.h"
 #include "io/safetensors.h"
+#include "io/shard_index.h"
 #include "io/tokenizer.h"
 #include "kernels/cpu/bf16.h"
 #include "kernels/cpu/kernels.h"
 #include "planner/plan_command.h"
 #include "planner/setup.h"
+#include "runtime/shard_layout.h"
 #include "train/checkpoint.h"
 #include "train/data_parallel.h"
 #include "train/load_balance.h"
@@ -49,9 +51,17 @@ std::string checkpoint_folder(const JobConfig& config) {
   return (std::filesystem::path(config.job.dump_folder) / config.checkpoint.folder).string();
 }
 
-std::string checkpoint_path(const JobConfig& config, int64_t step) {
+// checkpoint.format (io/config.h): "auto" follows the training state, which
+// is sharded only under data_parallel_shard_degree > 1.
+bool sharded_checkpoints(const JobConfig& config) {
+  return config.checkpoint.format == "sharded" ||
+         (config.checkpoint.format == "auto" && config.parallelism.data_parallel_shard_degree > 1);
+}
+
+// step-N.safetensors, or the step folder step-N/ of a sharded checkpoint.
+std::string checkpoint_path(const JobConfig& config, int64_t step, bool sharded) {
   return (std::filesystem::path(checkpoint_folder(config)) /
-          ("step-" + std::to_string(step) + ".safetensors"))
+          ("step-" + std::to_string(step) + (sharded ? "" : ".safetensors")))
       .string();
 }
 
@@ -76,17 +86,45 @@ void check_output_places(const JobConfig& config, bool writes_checkpoints) {
 }
 
 // A save killed before its rename leaves "step-N.safetensors.tmp" (as large
-// as a checkpoint); the next run removes them.
-void remove_stale_checkpoint_temporaries(const JobConfig& config) {
+// as a checkpoint), or in a sharded step folder "shard-R-of-N.safetensors.tmp"
+// and "index.json.tmp"; the next run removes them. A step folder without
+// its index is an incomplete sharded save: it is named, not removed (its
+// shard files may be another rank's only copy).
+void remove_stale_checkpoint_temporaries(const std::string& folder, bool top = true) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(checkpoint_folder(config), ec)) {
+  for (const auto& entry : fs::directory_iterator(folder, ec)) {
     const std::string name = entry.path().filename().string();
-    if (!name.starts_with("step-") || !name.ends_with(".safetensors.tmp")) continue;
     const std::string target = entry.path().string();
-    if (remove_stale_temporary(target.substr(0, target.size() - 4)))
+    if (top && name.starts_with("step-") && entry.is_directory(ec)) {
+      remove_stale_checkpoint_temporaries(target, false);
+      if (!fs::exists(entry.path() / kShardIndexName, ec))
+        std::printf("note: %s has no %s: an incomplete sharded checkpoint, not loadable\n",
+                    target.c_str(), kShardIndexName);
+      continue;
+    }
+    const bool stale = top ? name.starts_with("step-") && name.ends_with(".safetensors.tmp")
+                           : name.ends_with(".tmp");
+    if (stale && remove_stale_temporary(target.substr(0, target.size() - 4)))
       std::printf("removed %s, left by an interrupted save\n", target.c_str());
   }
+}
+
+// A resume with other data-parallel ranks than the save's: the model and
+// optimizer state are resharded; the global batch (ranks x local) is this
+// run's, the same only when ranks x training.local_batch_size is.
+void warn_resharded(const RunRecord& saved, int64_t local, int ranks, int64_t start_step) {
+  const int64_t before = saved.ranks * saved.local_batch_size, now = ranks * local;
+  std::printf(
+      "%s: the checkpoint (step %lld) was saved by %lld ranks x local_batch_size %lld "
+      "= global batch %lld, this run has %d x %lld = %lld%s\n",
+      before == now ? "resharded" : "warning", static_cast<long long>(start_step),
+      static_cast<long long>(saved.ranks), static_cast<long long>(saved.local_batch_size),
+      static_cast<long long>(before), ranks, static_cast<long long>(local),
+      static_cast<long long>(now),
+      before == now ? ""
+                    : ": steps from here on see a different number of tokens (keep "
+                      "ranks x training.local_batch_size to continue the same run)");
 }
 
 // Where a resumed run's data continues, and what it warns about when the run
@@ -96,7 +134,7 @@ void remove_stale_checkpoint_temporaries(const JobConfig& config) {
 // the same, whatever the batch size; else (or for a checkpoint without that
 // record) at (step x batch) mod windows.
 int64_t resume_data_position(const JobConfig& config, const RunRecord& saved, int64_t start_step,
-                             int64_t windows) {
+                             int64_t windows, int ranks) {
   const auto& t = config.training;
   auto warn = [](const std::string& text) { std::printf("warning: %s\n", text.c_str()); };
   const std::string from =
@@ -106,7 +144,9 @@ int64_t resume_data_position(const JobConfig& config, const RunRecord& saved, in
          std::to_string(t.steps) + ": the learning-rate schedule (warmup, decay) is laid over " +
          std::to_string(t.steps) + " steps, so the learning rate after step " +
          std::to_string(start_step) + " is not the one the original run would have used");
-  if (saved.local_batch_size >= 0 && saved.local_batch_size != t.local_batch_size)
+  if (saved.ranks >= 0 && saved.ranks != ranks && saved.local_batch_size >= 0)
+    warn_resharded(saved, t.local_batch_size, ranks, start_step);
+  else if (saved.local_batch_size >= 0 && saved.local_batch_size != t.local_batch_size)
     warn(from + "training.local_batch_size = " + std::to_string(saved.local_batch_size) +
          ", this run has " + std::to_string(t.local_batch_size) +
          ": steps from here on see a different number of tokens" +
@@ -172,9 +212,7 @@ TokenDataset load_data(const JobConfig& config, int64_t vocab_size) {
 // checkpoint.load); InputError for a file that is not a valid checkpoint.
 RunRecord read_saved_run(const JobConfig& config) {
   if (config.checkpoint.load.empty()) return RunRecord{};
-  const SafetensorsReader reader = SafetensorsReader::open(config.checkpoint.load);
-  checkpoint_step(reader);
-  return RunRecord::read(reader);
+  return read_checkpoint_info(config.checkpoint.load).run;
 }
 
 // Fresh weights from training.seed, replaced by checkpoint.load's when given;
@@ -205,8 +243,9 @@ int64_t initialize_state(const JobConfig& config, Session& session, bool with_op
   return step;
 }
 
+// Always one file (rank 0's): every rank starts from the same seed.
 int write_seed_checkpoint(const JobConfig& config, const ModelState& state) {
-  const std::string path = checkpoint_path(config, 0);
+  const std::string path = checkpoint_path(config, 0, /*sharded=*/false);
   save_checkpoint(path, state, 0, /*with_optimizer=*/false);
   std::printf("seed checkpoint written to %s\n", path.c_str());
   return 0;
@@ -287,6 +326,7 @@ class Trainer {
   void validate(int64_t step);
   void sample(int64_t step);
   void report_divergence(int64_t step, double loss, double grad_norm) const;
+  RunRecord run_record() const;
   void save(int64_t step) const;
   int finish(int64_t step, bool diverged, int signal) const;
   void print_memory(int64_t step) const;
@@ -301,7 +341,9 @@ class Trainer {
   BatchLoader& loader_;
   Communicator& comm_;
   DataParallel data_parallel_;
-  ShardedTraining* const sharded_;               // null: not sharded
+  ShardedTraining* const sharded_;  // null: not sharded
+  const bool sharded_checkpoints_;
+  const ShardLayout checkpoint_layout_;          // of sharded checkpoints: over this run's ranks
   Validator* const validator_;                   // null: no validation
   std::unique_ptr<Tokenizer> sample_tokenizer_;  // null: metrics.sample_freq = 0
   const int64_t start_step_;
@@ -336,6 +378,8 @@ Trainer::Trainer(const JobConfig& config, const Setup& setup, Session& session, 
       comm_(comm),
       data_parallel_(comm, session.state),
       sharded_(sharded),
+      sharded_checkpoints_(sharded_checkpoints(config)),
+      checkpoint_layout_(make_shard_layout(setup.program(), comm.size())),
       validator_(validator),
       start_step_(start_step),
       peak_(device_peak(config, threads, setup.program().compute_dtype == DType::kBF16)),
@@ -538,34 +582,53 @@ void Trainer::report_divergence(int64_t step, double loss, double grad_norm) con
                    .c_str());
 }
 
+// What a checkpoint records about this run, as it stands now.
+RunRecord Trainer::run_record() const {
+  const auto& t = config_.training;
+  RunRecord r;
+  r.steps = t.steps;
+  r.local_batch_size = t.local_batch_size;
+  r.seq_len = t.seq_len;
+  r.windows = loader_.num_windows();
+  r.next_window = loader_.position();
+  r.ranks = data_parallel_.ranks();
+  return r;
+}
+
 // A resumable checkpoint, with what it records about this run (RunRecord).
+// The ranks wait for each other's writes under the start-up bound: writing a
+// large checkpoint may take longer than a step's collectives may wait.
 void Trainer::save(int64_t step) const {
-  // A sharded run gathers its state first (every rank takes part), outside
-  // the run's books.
-  Allocator gathered_books;
-  std::optional<ModelState> gathered;
-  if (sharded_) {
-    gathered.emplace(setup_.program(), gathered_books, /*with_gradients=*/false);
-    sharded_->gather_full(*gathered, /*with_optimizer=*/true);
+  const std::string path = checkpoint_path(config_, step, sharded_checkpoints_);
+  comm_.set_timeout(config_.comm.init_timeout_seconds);
+  if (sharded_checkpoints_ && session_.sharded &&
+      session_.sharded->layout().ranks == checkpoint_layout_.ranks) {
+    // Sharded over every rank: each rank writes the shards it holds, no gather.
+    const ReplicaShards mine = owned_shards_of(*session_.sharded, session_.state,
+                                               /*with_optimizer=*/true);
+    save_sharded_checkpoint(path, mine.shards, step, run_record().metadata(), comm_);
+  } else {
+    // A sharded run (HSDP's shards follow its smaller groups, or a
+    // single-file save) gathers its state first, every rank taking part,
+    // outside the run's books.
+    Allocator gathered_books;
+    std::optional<ModelState> gathered;
+    if (sharded_) {
+      gathered.emplace(setup_.program(), gathered_books, /*with_gradients=*/false);
+      sharded_->gather_full(*gathered, /*with_optimizer=*/true);
+    }
+    const ModelState& state = gathered ? *gathered : session_.state;
+    if (sharded_checkpoints_) {  // every rank writes the range it owns
+      const ReplicaShards mine = owned_shards_of(state, checkpoint_layout_, comm_.rank(),
+                                                 /*with_optimizer=*/true);
+      save_sharded_checkpoint(path, mine.shards, step, run_record().metadata(), comm_);
+    } else {
+      // The replicas hold the same state: rank 0 writes it.
+      if (leads()) save_checkpoint(path, state, step, true, run_record().metadata());
+      if (data_parallel_.ranks() > 1) comm_.barrier("wait for rank 0's checkpoint save");
+    }
   }
-  if (leads()) {  // the replicas hold the same state
-    const auto& t = config_.training;
-    RunRecord r;
-    r.steps = t.steps;
-    r.local_batch_size = t.local_batch_size;
-    r.seq_len = t.seq_len;
-    r.windows = loader_.num_windows();
-    r.next_window = loader_.position();
-    save_checkpoint(checkpoint_path(config_, step), gathered ? *gathered : session_.state, step,
-                    true, r.metadata());
-  }
-  // The other ranks wait for the save here, under the start-up bound: writing
-  // a large checkpoint may take longer than a step's collectives may wait.
-  if (data_parallel_.ranks() > 1) {
-    comm_.set_timeout(config_.comm.init_timeout_seconds);
-    comm_.barrier("wait for rank 0's checkpoint save");
-    comm_.set_timeout(config_.comm.train_timeout_seconds);
-  }
+  comm_.set_timeout(config_.comm.train_timeout_seconds);
 }
 
 int Trainer::finish(int64_t step, bool diverged, int signal) const {
@@ -578,7 +641,8 @@ int Trainer::finish(int64_t step, bool diverged, int signal) const {
   if (!diverged && config_.checkpoint.enable && step > start_step_ &&
       step % config_.checkpoint.interval != 0) {
     save(step);
-    std::printf("checkpoint written to %s\n", checkpoint_path(config_, step).c_str());
+    std::printf("checkpoint written to %s\n",
+                checkpoint_path(config_, step, sharded_checkpoints_).c_str());
   }
   if (data_parallel_.ranks() > 1) {
     data_parallel_.check_replicas("at the end");
@@ -664,6 +728,20 @@ void Trainer::print_profile(int64_t step) const {
   }
 }
 
+// Ctrl-C on mpirun reaches the ranks as Open MPI's SIGTERM, followed by
+// SIGKILL odls_base_sigkill_timeout seconds later (1 unless set; mpirun
+// passes --mca settings to the ranks' environment): often too little to
+// finish the step and save (README "Data parallelism over MPI").
+void note_mpirun_interrupts(const JobConfig& config, const Communicator& comm) {
+  if (comm.size() == 1 || !config.checkpoint.enable ||
+      std::getenv("OMPI_MCA_odls_base_sigkill_timeout") != nullptr)
+    return;
+  std::printf(
+      "note: Ctrl-C on mpirun leaves the ranks 1 s between Open MPI's SIGTERM and SIGKILL to "
+      "finish the step and save; for the final checkpoint, run mpirun with --mca "
+      "odls_base_sigkill_timeout S, S seconds above a step and a save\n");
+}
+
 // What validation reads and when, and its predicted peak next to the training
 // step's: the forward-only pass at batch 1 stays below it (its live values
 // are a subset of the training forward's, at a smaller batch).
@@ -714,7 +792,7 @@ int run_train(const JobConfig& config, Communicator& comm) {
   const int threads = configure_threads(config);
   if (writes_checkpoints && leads) {
     create_folders(checkpoint_folder(config), "checkpoint.folder");
-    remove_stale_checkpoint_temporaries(config);
+    remove_stale_checkpoint_temporaries(checkpoint_folder(config));
   }
 
   // Rank r holds chunk r % S of every unit (S the shard degree; HSDP's
@@ -730,10 +808,12 @@ int run_train(const JobConfig& config, Communicator& comm) {
   if (seed_only) return leads ? write_seed_checkpoint(config, session.state) : 0;
   std::printf("dataset: %s\n", data.description.c_str());
   if (comm.size() > 1) std::printf("%s\n", describe_data_parallel(config, comm).c_str());
+  note_mpirun_interrupts(config, comm);
   BatchLoader loader(std::move(data.tokens), t.local_batch_size * comm.size(), t.seq_len,
                      t.dataset_path.empty() ? t.dataset : t.dataset_path);
   if (start_step > 0) {
-    loader.set_position(resume_data_position(config, saved_run, start_step, loader.num_windows()));
+    loader.set_position(
+        resume_data_position(config, saved_run, start_step, loader.num_windows(), comm.size()));
   }
   std::unique_ptr<Validator> validator;
   if (validates) {

@@ -197,6 +197,26 @@ def tokenizer_json_seeds():
     put("tokenizer_json", "literal.json", json.dumps(literal))
 
 
+def shard_index_seeds():
+    """Indexes as remat writes them (io/shard_index.h): 2 ranks, two units."""
+    def param(fqn, shape, offset, pid):
+        return {"fqn": fqn, "shape": shape, "offset": offset, "id": pid}
+    index = {"format": "remat-sharded-checkpoint", "version": 1, "step": 4, "ranks": 2,
+             "with_optimizer": True, "run": {"training.steps": "8", "data.ranks": "2"},
+             "units": [{"block": -1, "numel": 136, "chunk": 68,
+                        "params": [param("tok_embeddings.weight", [16, 8], 0, 0),
+                                   param("norm.weight", [8], 128, 2)]},
+                       {"block": 0, "numel": 64, "chunk": 32,
+                        "params": [param("layers.0.attention.wq.weight", [8, 8], 0, 1)]}],
+             "files": [{"name": "shard-0-of-2.safetensors", "bytes": 1200},
+                       {"name": "shard-1-of-2.safetensors", "bytes": 1192}]}
+    put("shard_index", "index.json", json.dumps(index))
+    one = dict(index, ranks=1, with_optimizer=False, units=[dict(index["units"][1], chunk=64,
+               params=[param("layers.0.attention.wq.weight", [8, 8], 0, 0)])],
+               files=index["files"][:1])
+    put("shard_index", "one_rank.json", json.dumps(one))
+
+
 def regression_seeds():
     """Inputs the fuzzers once failed on (tests/fuzz/README.md), kept so every
     run replays them."""
@@ -222,6 +242,7 @@ if __name__ == "__main__":
     safetensors_seeds()
     dataset_seeds()
     tokenizer_json_seeds()
+    shard_index_seeds()
     regression_seeds()
     for target in sorted(p.name for p in CORPUS.iterdir()):
         files = list((CORPUS / target).iterdir())

@@ -14,7 +14,7 @@ shift
 here=$(cd "$(dirname "$0")" && pwd)
 seconds=${FUZZ_SECONDS:-15}
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(config cli npy safetensors jsonl txt tokenizer_json)
+[ ${#targets[@]} -gt 0 ] || targets=(config cli npy safetensors jsonl txt tokenizer_json shard_index)
 artifacts="$build/artifacts"
 base=/dev/shm
 [ -d "$base" ] || base=${TMPDIR:-/tmp}

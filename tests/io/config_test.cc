@@ -612,5 +612,16 @@ TEST(Config, DataParallelKeys) {
   }
 }
 
+// checkpoint.format: "auto" by default (sharded only when the state is),
+// the two formats by name, anything else an error naming the choices.
+TEST(Config, CheckpointFormatIsOneOfThree) {
+  EXPECT_EQ(parse("", {}).checkpoint.format, "auto");
+  for (const std::string format : {"auto", "sharded", "single_file"})
+    EXPECT_EQ(parse("", {"--checkpoint.format=" + format}).checkpoint.format, format);
+  const std::string e = error_of_overrides({"--checkpoint.format=dcp"});
+  EXPECT_NE(e.find("checkpoint.format = \"dcp\""), std::string::npos) << e;
+  EXPECT_NE(e.find("\"auto\", \"sharded\" or \"single_file\""), std::string::npos) << e;
+}
+
 }  // namespace
 }  // namespace remat

@@ -1,0 +1,95 @@
+// The sharded checkpoint index (io/shard_index.h): what to_json() writes
+// parses back to the same index, and an index that contradicts itself is an
+// InputError naming the file and what was expected.
+#include "io/shard_index.h"
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+
+#include "core/error.h"
+
+namespace remat {
+namespace {
+
+ShardIndex example() {
+  ShardIndex index;
+  index.step = 4;
+  index.ranks = 2;
+  index.with_optimizer = true;
+  index.run = {{"training.steps", "8"}};
+  index.units = {
+      {-1, 136, 68, {{"tok_embeddings.weight", {16, 8}, 0, 0}, {"norm.weight", {8}, 128, 2}}},
+      {0, 64, 32, {{"layers.0.attention.wq.weight", {8, 8}, 0, 1}}}};
+  index.files = {"shard-0-of-2.safetensors", "shard-1-of-2.safetensors"};
+  index.file_bytes = {1200, 1192};
+  return index;
+}
+
+TEST(ShardIndex, RoundTrips) {
+  const std::string text = example().to_json();
+  const ShardIndex back = ShardIndex::parse(text, "index.json");
+  EXPECT_EQ(back.to_json(), text);
+  EXPECT_EQ(back.units[0].params[1].fqn, "norm.weight");
+  EXPECT_EQ(back.units[0].params[1].offset, 128);
+  EXPECT_EQ(back.units[0].params[1].id, 2);
+  EXPECT_EQ(back.file_bytes[1], 1192);
+  EXPECT_EQ(back.run.at("training.steps"), "8");
+}
+
+void expect_rejected(const std::function<void(ShardIndex&)>& damage, const std::string& part) {
+  ShardIndex index = example();
+  damage(index);
+  try {
+    ShardIndex::parse(index.to_json(), "dir/index.json");
+    ADD_FAILURE() << "accepted; expected an error naming " << part;
+  } catch (const InputError& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("dir/index.json"), std::string::npos) << message;
+    EXPECT_NE(message.find(part), std::string::npos) << message;
+  }
+}
+
+TEST(ShardIndex, RejectsAnIndexThatContradictsItself) {
+  expect_rejected([](ShardIndex& i) { i.units[1].chunk = 33; },
+                  "expected ceil(numel 64 / ranks 2)");
+  expect_rejected([](ShardIndex& i) { i.units[0].params[1].offset = 127; }, "expected 128");
+  expect_rejected(
+      [](ShardIndex& i) {
+        i.units[0].numel = 137;
+        i.units[0].chunk = 69;
+      },
+      "its parameters hold 136");
+  expect_rejected([](ShardIndex& i) { i.units[1].params[0].fqn = "norm.weight"; }, "twice");
+  expect_rejected([](ShardIndex& i) { i.units[1].params[0].id = 2; }, "once");
+  expect_rejected([](ShardIndex& i) { i.files[1] = "../shard-1-of-2.safetensors"; },
+                  "a file name in the checkpoint's folder");
+  expect_rejected([](ShardIndex& i) { i.ranks = 3; }, "expected ceil");
+  expect_rejected(
+      [](ShardIndex& i) {
+        i.files.pop_back();
+        i.file_bytes.pop_back();
+      },
+      "one per rank");
+}
+
+TEST(ShardIndex, RejectsOtherFilesAndVersions) {
+  auto message = [](const std::string& text) {
+    try {
+      ShardIndex::parse(text, "index.json");
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_NE(message("not json").find("is not a JSON object"), std::string::npos);
+  std::string text = example().to_json();
+  EXPECT_NE(message(text.replace(text.find("\"version\":1"), 11, "\"version\":2")).find("version"),
+            std::string::npos);
+  EXPECT_NE(message("{\"format\": \"remat\"}").find("expected \"remat-sharded-checkpoint\""),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace remat
