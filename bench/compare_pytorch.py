@@ -6,8 +6,11 @@ remat's seed checkpoint), on the same token file (the `fortunes` quotes as
 bytes, BOS=256/EOS=257 per quote, cut into the same windows in the same
 order), with the same optimizer (AdamW lr 8e-4, betas 0.9/0.95, eps 1e-8,
 weight decay 0.1, the same warm-up + linear decay schedule, grad-norm
-clipping at 1.0), in fp32, with the same number of threads. Every run is its
-own child process, so its peak RSS is measured alone.
+clipping at 1.0), with the same number of threads, in fp32 and in bf16 mixed
+precision (remat's, torch.autocast's). PyTorch runs in its fastest set-up on
+this machine (sleeping OpenMP and OpenBLAS workers, jemalloc, foreach AdamW;
+bench/README.md says why), plus the untuned set-up as a reference row. Every
+run is its own child process, so its peak RSS is measured alone.
 
   /usr/bin/python3 bench/compare_pytorch.py            # full run, writes BENCHMARKS.md
   /usr/bin/python3 bench/compare_pytorch.py --quick    # smoke test (< ~2 min), debug model only
@@ -65,15 +68,19 @@ REMAT_MODES = [
 ]
 QUICK_REMAT_MODES = ["none", "full", "none, bf16 mixed precision"]
 
-# PyTorch variants: (label, AC, tuned, bf16 autocast). "tuned" is the runtime set-up that makes
-# torch 1.13 eager fastest here (see bench/README.md, "Why the old baseline was slow"): OpenMP
-# workers that sleep instead of spinning, OpenBLAS workers that stop spinning at once, jemalloc
-# keeping freed pages, foreach AdamW. The same model code and math run either way.
+# PyTorch's runtime set-ups (torch_env): "tuned" makes torch 1.13 eager fastest here (see
+# bench/README.md, "Why the old baseline was slow"); "tuned, OpenBLAS spinning" leaves OpenBLAS's
+# workers spinning between calls (cheaper to wake for small GEMMs, but they compete for the
+# cores), "untuned" is the old baseline. The same model code and math run in every one.
+SETUPS = ["tuned", "tuned, OpenBLAS spinning", "untuned"]
+# PyTorch variants: (label, AC, set-up, bf16 autocast). The fp32 eager rows compete: the
+# headline compares remat with the fastest of them.
 TORCH_VARIANTS = [
-    ("eager", "none", True, False),
-    ("checkpoint per block", "full", True, False),
-    ("eager, bf16 autocast", "none", True, True),
-    ("eager, untuned (the old baseline)", "none", False, False),
+    ("eager", "none", "tuned", False),
+    ("checkpoint per block", "full", "tuned", False),
+    ("eager, bf16 autocast", "none", "tuned", True),
+    ("eager, OpenBLAS workers spinning", "none", "tuned, OpenBLAS spinning", False),
+    ("eager, untuned (the old baseline)", "none", "untuned", False),
 ]
 QUICK_TORCH_VARIANTS = ["eager", "checkpoint per block", "eager, bf16 autocast"]
 JEMALLOC = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
@@ -392,47 +399,50 @@ def run_remat(remat, name, m, label, flags, a, tokens, workdir):
     return res
 
 
-def torch_env(threads, tuned):
-    """The PyTorch child's environment. Untuned: the thread counts only (the old baseline).
-    Tuned: also OpenMP workers that sleep when idle (libgomp's default spins, stealing a core
-    from OpenBLAS's threads, which torch's matmuls use), OpenBLAS workers that stop spinning
-    after 2^4 cycles (they spin ~2^28 by default, stealing a core from torch's OpenMP ops), and
-    jemalloc keeping freed pages (glibc unmaps every block over 32 MiB on free, so each step
-    page-faults its big activations in again)."""
+def torch_env(threads, setup):
+    """The PyTorch child's environment for a set-up (SETUPS). Every one sets the thread counts.
+    Tuned: OpenMP workers that sleep when idle (libgomp's default spins, stealing a core from
+    OpenBLAS's threads, which torch's matmuls use), OpenBLAS workers that stop spinning after
+    2^4 cycles (they spin ~2^28 by default, stealing a core from torch's OpenMP ops; "tuned,
+    OpenBLAS spinning" keeps that default), and jemalloc keeping freed pages (glibc unmaps
+    every block over 32 MiB on free, so each step page-faults its big activations in again)."""
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads))
-    if tuned:
-        env.update(OMP_WAIT_POLICY="PASSIVE", OPENBLAS_THREAD_TIMEOUT="4")
+    if setup != "untuned":
+        env.update(OMP_WAIT_POLICY="PASSIVE")
+        if setup == "tuned":
+            env.update(OPENBLAS_THREAD_TIMEOUT="4")
         if os.path.exists(JEMALLOC):
             env.update(LD_PRELOAD=JEMALLOC, MALLOC_CONF="dirty_decay_ms:-1,muzzy_decay_ms:-1")
     return env
 
 
-def torch_setup(tuned):
-    """The tuned set-up as the report states it."""
-    if not tuned:
+def torch_setup(setup):
+    """A set-up as the report states it."""
+    if setup == "untuned":
         return "OMP_NUM_THREADS, OPENBLAS_NUM_THREADS only; glibc malloc; AdamW for-loop"
     alloc = ("jemalloc (LD_PRELOAD, MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1)"
              if os.path.exists(JEMALLOC) else f"glibc malloc ({JEMALLOC} not installed)")
-    return f"OMP_WAIT_POLICY=PASSIVE, OPENBLAS_THREAD_TIMEOUT=4, {alloc}, AdamW foreach=True"
+    spin = "OPENBLAS_THREAD_TIMEOUT=4, " if setup == "tuned" else ""
+    return f"OMP_WAIT_POLICY=PASSIVE, {spin}{alloc}, AdamW foreach=True"
 
 
 def run_torch(name, m, variant, a, tokens, weights, workdir, profile_out=None, steps=None):
-    label, ac, tuned, autocast = variant
-    tag = f"torch-{name}-{ac}" + ("-bf16" if autocast else "") + ("" if tuned else "-untuned") + \
-        ("-profile" if profile_out else "")
+    label, ac, setup, autocast = variant
+    tag = f"torch-{name}-{ac}" + ("-bf16" if autocast else "") + \
+        ("" if setup == "tuned" else "-" + re.sub(r"[^a-z]+", "_", setup)) + ("-profile" if profile_out else "")
     out = os.path.join(workdir, tag + ".json")
     steps = steps or a.steps[name]
     cmd = [sys.executable, os.path.abspath(__file__), "_torch_worker", "--model", name, "--ac", ac,
            "--threads", str(a.threads), "--steps", str(steps), "--tokens", tokens,
            "--weights", weights, "--out", out, "--attention", a.torch_attention]
-    cmd += (["--foreach"] if tuned else []) + (["--autocast"] if autocast else [])
+    cmd += (["--foreach"] if setup != "untuned" else []) + (["--autocast"] if autocast else [])
     if profile_out:
         cmd += ["--profile-step", str(steps), "--profile-out", profile_out]
     log(f"{tag}: {steps} steps ({a.warmups[name]} warm-up)")
     rc, wall, maxrss, load, cpu = run_child(cmd, os.path.join(workdir, tag + ".log"), a.timeout,
-                                            torch_env(a.threads, tuned))
+                                            torch_env(a.threads, setup))
     res = dict(side="torch", model=name, label=label, rc=rc, wall=wall, maxrss=maxrss, load=load,
-               cpu=cpu, setup=torch_setup(tuned), log=os.path.join(workdir, tag + ".log"))
+               cpu=cpu, setup=setup, ac=ac, autocast=autocast, log=os.path.join(workdir, tag + ".log"))
     if rc != 0 or not os.path.exists(out):
         log(f"  FAILED rc={rc}:\n{tail(res['log'])}")
         res["error"] = f"exit status {rc}"
@@ -565,8 +575,12 @@ def model_table(name, m, results):
 
 def ratio_lines(name, results):
     by = {(r["side"], r["label"]): r for r in results if measured(r)}
-    eager = by.get(("torch", "eager"))
-    pairs = [("remat none vs torch eager", by.get(("remat", "none")), eager),
+    # The fastest fp32 eager set-up, whichever it is on this machine.
+    eagers = [r for r in results if r["side"] == "torch" and measured(r) and r["ac"] == "none"
+              and not r["autocast"]]
+    eager = max(eagers, key=lambda r: r["tps"]) if eagers else None
+    pairs = [(f"remat none vs the fastest torch eager (*{eager['label'] if eager else 'n/a'}*)",
+              by.get(("remat", "none")), eager),
              ("remat full vs torch checkpoint per block", by.get(("remat", "full")),
               by.get(("torch", "checkpoint per block"))),
              ("remat none, bf16 vs torch eager, bf16 autocast",
@@ -576,8 +590,8 @@ def ratio_lines(name, results):
                 and r["maxrss"] <= eager["maxrss"]]
         if fits:
             best = max(fits, key=lambda r: r["tps"])
-            pairs.append((f"fastest remat within torch eager's peak RSS (*{best['label']}*) vs torch eager",
-                          best, eager))
+            pairs.append((f"fastest remat within that torch eager's peak RSS (*{best['label']}*) "
+                          "vs it", best, eager))
     pairs.append(("for reference: remat none vs the old, untuned torch eager", by.get(("remat", "none")),
                   by.get(("torch", "eager, untuned (the old baseline)"))))
     out = []
@@ -612,7 +626,7 @@ def report_state(a, info, tversion, tblas, token_desc, all_results, profiles, el
                 git=git, dirty=bool(dirty), cmd=" ".join([cmd] + extra), info=info, tversion=tversion,
                 tblas=tblas, token_desc=token_desc, results=all_results, profiles=profiles,
                 elapsed=elapsed, threads=a.threads, torch_attention=a.torch_attention,
-                torch_setups=dict(tuned=torch_setup(True), untuned=torch_setup(False)),
+                torch_setups={x: torch_setup(x) for x in SETUPS},
                 model_list=a.model_list, steps=a.steps, warmups=a.warmups)
 
 
@@ -657,9 +671,9 @@ def write_report(path, st):
     L.append(f"- Threads: {a_threads} on both sides (remat `--training.threads {a_threads}`; "
              f"torch.set_num_threads({a_threads}), OMP_NUM_THREADS=OPENBLAS_NUM_THREADS={a_threads})")
     setups = st.get("torch_setups", {})
-    L.append(f"- PyTorch set-up (every torch row but the untuned one): {setups.get('tuned', 'n/a')}. "
-             f"The untuned row (the baseline before): {setups.get('untuned', 'n/a')}. Same model code "
-             "and math in both; why the set-up matters: bench/README.md")
+    L.append("- PyTorch set-ups (the same model code and math in each; why they matter: "
+             "bench/README.md): " + "; ".join(f"*{k}*: {v}" for k, v in setups.items())
+             + ". Every torch row runs *tuned* unless its label names another.")
     L.append(f"- PyTorch {st['tversion']}, {st['tblas']}; attention in PyTorch: "
              + ("the oracle's naive math attention (full score matrix; torch 1.13 has no fused CPU "
                 "attention)" if st["torch_attention"] == "naive" else
