@@ -670,10 +670,13 @@ def write_report(path, st):
              f"{info['mem'] / 2**30:.1f} GiB RAM, Linux {info['kernel']}")
     L.append(f"- Threads: {a_threads} on both sides (remat `--training.threads {a_threads}`; "
              f"torch.set_num_threads({a_threads}), OMP_NUM_THREADS=OPENBLAS_NUM_THREADS={a_threads})")
-    setups = st.get("torch_setups", {})
-    L.append("- PyTorch set-ups (the same model code and math in each; why they matter: "
-             "bench/README.md): " + "; ".join(f"*{k}*: {v}" for k, v in setups.items())
-             + ". Every torch row runs *tuned* unless its label names another.")
+    setups = st.get("torch_setups")
+    if setups:
+        L.append("- PyTorch set-ups (the same model code and math in each; why they matter: "
+                 "bench/README.md): " + "; ".join(f"*{k}*: {v}" for k, v in setups.items())
+                 + ". Every torch row runs *tuned* unless its label names another.")
+    else:  # a state measured before the set-ups were recorded: the thread counts only
+        L.append("- PyTorch set-up: " + torch_setup("untuned"))
     L.append(f"- PyTorch {st['tversion']}, {st['tblas']}; attention in PyTorch: "
              + ("the oracle's naive math attention (full score matrix; torch 1.13 has no fused CPU "
                 "attention)" if st["torch_attention"] == "naive" else
@@ -769,6 +772,14 @@ def rerender(a):
     if not os.path.exists(path):
         raise SystemExit(f"--rerender: no {path}; run the benchmark first")
     st = json.load(open(path))
+    for r in st["results"]:  # a state written before the upper decile, CPU time and bf16 rows
+        if "step_seconds" in r and "tps_p90" not in r:
+            m = MODELS[r["model"]]
+            r["tps_p90"] = upper_decile([m["batch"] * m["seq"] / x for x in r["step_seconds"]])
+        r.setdefault("cpu", float("nan"))
+        if r["side"] == "torch":
+            r.setdefault("ac", "full" if r["label"] == "checkpoint per block" else "none")
+            r.setdefault("autocast", False)
     out_path = a.out or os.path.join(REPO, "BENCHMARKS.md")
     write_report(out_path, st)
     log(f"rewrote {out_path} from {path} (measured {st['date']})")
