@@ -6,8 +6,11 @@ remat's seed checkpoint), on the same token file (the `fortunes` quotes as
 bytes, BOS=256/EOS=257 per quote, cut into the same windows in the same
 order), with the same optimizer (AdamW lr 8e-4, betas 0.9/0.95, eps 1e-8,
 weight decay 0.1, the same warm-up + linear decay schedule, grad-norm
-clipping at 1.0), in fp32, with the same number of threads. Every run is its
-own child process, so its peak RSS is measured alone.
+clipping at 1.0), with the same number of threads, in fp32 and in bf16 mixed
+precision (remat's, torch.autocast's). PyTorch runs in its fastest set-up on
+this machine (sleeping OpenMP and OpenBLAS workers, jemalloc, foreach AdamW;
+bench/README.md says why), plus the untuned set-up as a reference row. Every
+run is its own child process, so its peak RSS is measured alone.
 
   /usr/bin/python3 bench/compare_pytorch.py            # full run, writes BENCHMARKS.md
   /usr/bin/python3 bench/compare_pytorch.py --quick    # smoke test (< ~2 min), debug model only
@@ -26,6 +29,7 @@ import json
 import os
 import platform
 import re
+import resource
 import shlex
 import shutil
 import signal
@@ -60,9 +64,26 @@ REMAT_MODES = [
                                              AC + "selective_op_ac_mm_flops_threshold", "1e50",
                                              AC + "per_op_sac_force_recompute_mm_by_fqns", ""]),
     ("op, default filter", [AC + "mode", "selective", AC + "selective_ac_option", "op"]),
+    ("none, bf16 mixed precision", [AC + "mode", "none", "--training.mixed_precision_param", "bfloat16"]),
 ]
-QUICK_REMAT_MODES = ["none", "full"]
-TORCH_MODES = [("eager", "none"), ("checkpoint per block", "full")]
+QUICK_REMAT_MODES = ["none", "full", "none, bf16 mixed precision"]
+
+# PyTorch's runtime set-ups (torch_env): "tuned" makes torch 1.13 eager fastest here (see
+# bench/README.md, "Why the old baseline was slow"); "tuned, OpenBLAS spinning" leaves OpenBLAS's
+# workers spinning between calls (cheaper to wake for small GEMMs, but they compete for the
+# cores), "untuned" is the old baseline. The same model code and math run in every one.
+SETUPS = ["tuned", "tuned, OpenBLAS spinning", "untuned"]
+# PyTorch variants: (label, AC, set-up, bf16 autocast). The fp32 eager rows compete: the
+# headline compares remat with the fastest of them.
+TORCH_VARIANTS = [
+    ("eager", "none", "tuned", False),
+    ("checkpoint per block", "full", "tuned", False),
+    ("eager, bf16 autocast", "none", "tuned", True),
+    ("eager, OpenBLAS workers spinning", "none", "tuned, OpenBLAS spinning", False),
+    ("eager, untuned (the old baseline)", "none", "untuned", False),
+]
+QUICK_TORCH_VARIANTS = ["eager", "checkpoint per block", "eager, bf16 autocast"]
+JEMALLOC = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
 
 
 # ---------------------------------------------------------------------------
@@ -145,8 +166,10 @@ def torch_worker(a):
             f.seek(start + b)
             w = np.frombuffer(f.read(e - b), dtype="<f4").reshape(entries[name]["shape"])
             p.copy_(torch.from_numpy(w.copy()))
+    # foreach: one multi-tensor kernel per AdamW stage instead of a Python loop over parameters
+    # (the same update; torch 1.13's default is the loop on the CPU).
     opt = torch.optim.AdamW(model.parameters(), lr=OPT["lr"], betas=(OPT["beta1"], OPT["beta2"]),
-                            eps=OPT["eps"], weight_decay=OPT["weight_decay"])
+                            eps=OPT["eps"], weight_decay=OPT["weight_decay"], foreach=a.foreach)
 
     tokens = llama_ref.load_tokens(a.tokens, m["vocab_size"])
     B, S = m["batch"], m["seq"]
@@ -192,29 +215,36 @@ def torch_worker(a):
             prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
             prof.__enter__()
         t0 = time.perf_counter()
+        cpu0 = resource.getrusage(resource.RUSAGE_SELF)
         inputs, targets = batch(step - 1)
         for g in opt.param_groups:
             g["lr"] = lr_at(step, a.steps)
         opt.zero_grad(set_to_none=True)
-        logits = forward(inputs)
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+        # bf16 autocast as torchtitan's mixed precision: fp32 masters, bf16 matmuls; the loss in
+        # fp32 (.float() is a no-op without autocast).
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.autocast):
+            logits = forward(inputs)
+        loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1))
         del logits
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), OPT["max_norm"])
         opt.step()
         seconds = time.perf_counter() - t0
+        cpu1 = resource.getrusage(resource.RUSAGE_SELF)
         if prof is not None:
             prof.__exit__(None, None, None)
             with open(a.profile_out, "w") as f:
                 f.write(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25))
             prof = None
         steps.append(dict(step=step, loss=float(loss), grad_norm=float(grad_norm), seconds=seconds,
-                          rss=rss_bytes()))
+                          rss=rss_bytes(), minflt=cpu1.ru_minflt - cpu0.ru_minflt,
+                          cpu=cpu1.ru_utime + cpu1.ru_stime - cpu0.ru_utime - cpu0.ru_stime))
         print(f"torch step {step}: loss {float(loss):.6f} grad_norm {float(grad_norm):.6f} "
               f"{seconds:.2f}s tps {B * S / seconds:.1f}", flush=True)
     with open(a.out, "w") as f:
         json.dump(dict(base_rss=base_rss, import_rss=import_rss, setup_rss=setup_rss, steps=steps,
-                       torch_version=torch.__version__, threads=torch.get_num_threads()), f)
+                       torch_version=torch.__version__, threads=torch.get_num_threads(),
+                       os_threads=len(os.listdir("/proc/self/task"))), f)
 
 
 # ---------------------------------------------------------------------------
@@ -252,7 +282,8 @@ def make_tokens(path):
 
 def run_child(cmd, log_path, timeout, env=None):
     """Runs cmd, stdout+stderr to log_path. Returns (rc, wall seconds, peak RSS
-    bytes of that child from wait4, max 1-min load average seen)."""
+    bytes of that child from wait4, max 1-min load average seen, the child's CPU
+    seconds: user + system, all its threads)."""
     t0 = time.time()
     load = os.getloadavg()[0]
     with open(log_path, "w") as logf:
@@ -270,7 +301,7 @@ def run_child(cmd, log_path, timeout, env=None):
                 break
             time.sleep(0.25)
     proc.returncode = os.waitstatus_to_exitcode(status)
-    return proc.returncode, time.time() - t0, ru.ru_maxrss * 1024, load
+    return proc.returncode, time.time() - t0, ru.ru_maxrss * 1024, load, ru.ru_utime + ru.ru_stime
 
 
 def tail(path, n=15):
@@ -294,15 +325,29 @@ def remat_base_cmd(remat, m, threads, steps, tokens, workdir):
             "--job.dump_folder", workdir, "--checkpoint.enable", "false", "--training.seed", "0"]
 
 
+def upper_decile(values):
+    """The value 10% of `values` exceed (linear interpolation between order statistics)."""
+    v = sorted(values)
+    if not v:
+        return float("nan")
+    pos = 0.9 * (len(v) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(v) - 1)
+    return v[lo] + (v[hi] - v[lo]) * (pos - lo)
+
+
 def summarize_steps(step_rows, warmup, tokens_per_step):
     """step_rows: dicts with step, seconds, loss (+ anything). tokens/s over
     the steps after the warm-up: from the median step time (robust to bursts
-    of background load; the headline) and from the mean."""
+    of background load; the headline), the upper decile of the per-step rates
+    (the rate 10% of the steps beat: what the machine gives when the load lets
+    up) and the mean."""
     timed = [r for r in step_rows if r["step"] > warmup]
     secs = sorted(r["seconds"] for r in timed)
     n = len(secs)
     median = (secs[n // 2] + secs[(n - 1) // 2]) / 2 if n else float("nan")
     return dict(tps=tokens_per_step / median if n else float("nan"),
+                tps_p90=upper_decile([tokens_per_step / x for x in secs]),
                 tps_mean=tokens_per_step * n / sum(secs) if n else float("nan"),
                 timed_steps=n, step_seconds=[round(r["seconds"], 3) for r in timed],
                 loss1=step_rows[0]["loss"] if step_rows else None,
@@ -330,9 +375,9 @@ def run_remat(remat, name, m, label, flags, a, tokens, workdir):
     cmd = remat_base_cmd(remat, m, a.threads, a.steps[name], tokens, os.path.join(workdir, tag)) + flags + [
         "--metrics.log_freq", "1", "--metrics.jsonl_path", jsonl]
     log(f"{tag}: {a.steps[name]} steps ({a.warmups[name]} warm-up)")
-    rc, wall, maxrss, load = run_child(cmd, os.path.join(workdir, tag + ".log"), a.timeout)
+    rc, wall, maxrss, load, cpu = run_child(cmd, os.path.join(workdir, tag + ".log"), a.timeout)
     res = dict(side="remat", model=name, label=label, rc=rc, wall=wall, maxrss=maxrss, load=load,
-               cmd=flags, log=os.path.join(workdir, tag + ".log"))
+               cpu=cpu, cmd=flags, log=os.path.join(workdir, tag + ".log"))
     if rc != 0 or not os.path.exists(jsonl):
         log(f"  FAILED rc={rc}:\n{tail(res['log'])}")
         res["error"] = f"exit status {rc}"
@@ -354,30 +399,64 @@ def run_remat(remat, name, m, label, flags, a, tokens, workdir):
     return res
 
 
-def run_torch(name, m, label, ac, a, tokens, weights, workdir, profile_out=None, steps=None):
-    tag = f"torch-{name}-{ac}" + ("-profile" if profile_out else "")
+def torch_env(threads, setup):
+    """The PyTorch child's environment for a set-up (SETUPS). Every one sets the thread counts.
+    Tuned: OpenMP workers that sleep when idle (libgomp's default spins, stealing a core from
+    OpenBLAS's threads, which torch's matmuls use), OpenBLAS workers that stop spinning after
+    2^4 cycles (they spin ~2^28 by default, stealing a core from torch's OpenMP ops; "tuned,
+    OpenBLAS spinning" keeps that default), and jemalloc keeping freed pages (glibc unmaps
+    every block over 32 MiB on free, so each step page-faults its big activations in again)."""
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads))
+    if setup != "untuned":
+        env.update(OMP_WAIT_POLICY="PASSIVE")
+        if setup == "tuned":
+            env.update(OPENBLAS_THREAD_TIMEOUT="4")
+        if os.path.exists(JEMALLOC):
+            env.update(LD_PRELOAD=JEMALLOC, MALLOC_CONF="dirty_decay_ms:-1,muzzy_decay_ms:-1")
+    return env
+
+
+def torch_setup(setup):
+    """A set-up as the report states it."""
+    if setup == "untuned":
+        return "OMP_NUM_THREADS, OPENBLAS_NUM_THREADS only; glibc malloc; AdamW for-loop"
+    alloc = ("jemalloc (LD_PRELOAD, MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1)"
+             if os.path.exists(JEMALLOC) else f"glibc malloc ({JEMALLOC} not installed)")
+    spin = "OPENBLAS_THREAD_TIMEOUT=4, " if setup == "tuned" else ""
+    return f"OMP_WAIT_POLICY=PASSIVE, {spin}{alloc}, AdamW foreach=True"
+
+
+def run_torch(name, m, variant, a, tokens, weights, workdir, profile_out=None, steps=None):
+    label, ac, setup, autocast = variant
+    tag = f"torch-{name}-{ac}" + ("-bf16" if autocast else "") + \
+        ("" if setup == "tuned" else "-" + re.sub(r"[^a-z]+", "_", setup)) + ("-profile" if profile_out else "")
     out = os.path.join(workdir, tag + ".json")
     steps = steps or a.steps[name]
     cmd = [sys.executable, os.path.abspath(__file__), "_torch_worker", "--model", name, "--ac", ac,
            "--threads", str(a.threads), "--steps", str(steps), "--tokens", tokens,
            "--weights", weights, "--out", out, "--attention", a.torch_attention]
+    cmd += (["--foreach"] if setup != "untuned" else []) + (["--autocast"] if autocast else [])
     if profile_out:
         cmd += ["--profile-step", str(steps), "--profile-out", profile_out]
-    env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), OPENBLAS_NUM_THREADS=str(a.threads))
     log(f"{tag}: {steps} steps ({a.warmups[name]} warm-up)")
-    rc, wall, maxrss, load = run_child(cmd, os.path.join(workdir, tag + ".log"), a.timeout, env)
+    rc, wall, maxrss, load, cpu = run_child(cmd, os.path.join(workdir, tag + ".log"), a.timeout,
+                                            torch_env(a.threads, setup))
     res = dict(side="torch", model=name, label=label, rc=rc, wall=wall, maxrss=maxrss, load=load,
-               log=os.path.join(workdir, tag + ".log"))
+               cpu=cpu, setup=setup, ac=ac, autocast=autocast, log=os.path.join(workdir, tag + ".log"))
     if rc != 0 or not os.path.exists(out):
         log(f"  FAILED rc={rc}:\n{tail(res['log'])}")
         res["error"] = f"exit status {rc}"
         return res
     data = json.load(open(out))
     res.update(summarize_steps(data["steps"], a.warmups[name], m["batch"] * m["seq"]))
+    timed = [s for s in data["steps"] if s["step"] > a.warmups[name]]
     res.update(import_rss=data["import_rss"], setup_rss=data["setup_rss"],
-               torch_version=data["torch_version"], loss_steps=[s["loss"] for s in data["steps"]])
-    log(f"  tps {res['tps']:.1f}, max RSS {maxrss / 2**20:.1f} MiB (after import torch "
-        f"{data['import_rss'] / 2**20:.1f} MiB), load {load:.1f}")
+               torch_version=data["torch_version"], loss_steps=[s["loss"] for s in data["steps"]],
+               step_cpu=sum(s["cpu"] for s in timed) / len(timed),
+               step_minflt=sum(s["minflt"] for s in timed) / len(timed),
+               os_threads=data["os_threads"])
+    log(f"  tps {res['tps']:.1f}, CPU {res['step_cpu']:.2f} s/step, max RSS {maxrss / 2**20:.1f} MiB "
+        f"(after import torch {data['import_rss'] / 2**20:.1f} MiB), load {load:.1f}")
     return res
 
 
@@ -391,7 +470,7 @@ def remat_perf_profile(remat, m, a, tokens, workdir):
         remat, m, a.threads, steps, tokens, os.path.join(workdir, "remat-perf")) + [
         AC + "mode", "none", "--metrics.peak_flops", "1e11"]
     log("remat perf profile (debug model, AC none, 3 steps)")
-    rc, _, _, _ = run_child(cmd, os.path.join(workdir, "remat-perf.log"), a.timeout)
+    rc = run_child(cmd, os.path.join(workdir, "remat-perf.log"), a.timeout)[0]
     if rc != 0:
         return None, f"perf record failed (exit {rc}): {tail(os.path.join(workdir, 'remat-perf.log'), 5)}"
     rep = subprocess.run(["perf", "report", "-i", data, "--stdio", "--sort", "dso,symbol",
@@ -433,7 +512,8 @@ def machine_info():
                 mem = int(line.split()[1]) * 1024
     flags = open("/proc/cpuinfo").read()
     isa = "AVX-512" if " avx512f" in flags else ("AVX2" if " avx2" in flags else "no AVX2")
-    return dict(cpu=model, cores=os.cpu_count(), mem=mem, isa=isa, kernel=platform.release())
+    bf16 = "avx512_bf16 present" if " avx512_bf16" in flags else "no avx512_bf16"
+    return dict(cpu=model, cores=os.cpu_count(), mem=mem, isa=isa, bf16=bf16, kernel=platform.release())
 
 
 def torch_config():
@@ -464,19 +544,19 @@ def model_table(name, m, results):
     lines.append(f"{params:,} parameters ({params - emb:,} without the embedding); "
                  f"{fpt / 1e6:,.1f} MFLOP per token (model FLOPs, spec.md §4).")
     lines.append("")
-    lines.append("| engine | activation checkpointing | tokens/s (median step) | tokens/s (mean) | "
-                 "model GFLOP/s | timed step seconds | allocator peak MiB | kept activations at peak MiB | "
-                 "process peak RSS MiB | recompute FLOPs / model FLOPs | loss step 1 | loss last step | "
-                 "load avg |")
-    lines.append("|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+    lines.append("| engine | configuration | tokens/s (median step) | tokens/s (upper decile) | "
+                 "model GFLOP/s (median step) | timed step seconds | process CPU s / wall s | "
+                 "allocator peak MiB | kept activations at peak MiB | process peak RSS MiB | "
+                 "recompute FLOPs / model FLOPs | loss step 1 | loss last step | load avg |")
+    lines.append("|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in results:
         if "same_as" in r:
             lines.append(f"| {r['side']} | {r['label']} | same plan as *{r['same_as']}* (every matmul "
-                         "gets the same decision), not rerun | | | | | | | | | | |")
+                         "gets the same decision), not rerun | | | | | | | | | | | |")
             continue
         if "error" in r:
             lines.append(f"| {r['side']} | {r['label']} | failed: {r['error']} (log {r['log']}) "
-                         "| | | | | | | | | | |")
+                         "| | | | | | | | | | | |")
             continue
         remat = r["side"] == "remat"
         peak = mib(r["peak_bytes"]) if remat else "n/a"
@@ -485,32 +565,41 @@ def model_table(name, m, results):
         rss = mib(r["maxrss"])
         if not remat:
             rss += f" ({mib(r['maxrss'] - r['import_rss'])} above `import torch`)"
-        lines.append(f"| {r['side']} | {r['label']} | {r['tps']:,.1f} | {r['tps_mean']:,.1f} | "
+        lines.append(f"| {r['side']} | {r['label']} | {r['tps']:,.1f} | {r['tps_p90']:,.1f} | "
                      f"{r['tps'] * fpt / 1e9:.1f} | {', '.join(f'{x:.2f}' for x in r['step_seconds'])} | "
-                     f"{peak} | {act} | {rss} | {rec} | {r['loss1']:.5f} | {r['loss_last']:.5f} | "
-                     f"{r['load']:.1f} |")
+                     f"{r['cpu']:.1f} / {r['wall']:.1f} | {peak} | {act} | {rss} | {rec} | "
+                     f"{r['loss1']:.5f} | {r['loss_last']:.5f} | {r['load']:.1f} |")
     lines.append("")
     return lines
 
 
 def ratio_lines(name, results):
     by = {(r["side"], r["label"]): r for r in results if measured(r)}
-    eager = by.get(("torch", "eager"))
-    pairs = [("remat none vs torch eager", by.get(("remat", "none")), eager),
+    # The fastest fp32 eager set-up, whichever it is on this machine.
+    eagers = [r for r in results if r["side"] == "torch" and measured(r) and r["ac"] == "none"
+              and not r["autocast"]]
+    eager = max(eagers, key=lambda r: r["tps"]) if eagers else None
+    pairs = [(f"remat none vs the fastest torch eager (*{eager['label'] if eager else 'n/a'}*)",
+              by.get(("remat", "none")), eager),
              ("remat full vs torch checkpoint per block", by.get(("remat", "full")),
-              by.get(("torch", "checkpoint per block")))]
-    if eager:  # remat's fastest variant whose peak RSS stays within torch eager's
-        fits = [r for r in results if r["side"] == "remat" and measured(r) and r["maxrss"] <= eager["maxrss"]]
+              by.get(("torch", "checkpoint per block"))),
+             ("remat none, bf16 vs torch eager, bf16 autocast",
+              by.get(("remat", "none, bf16 mixed precision")), by.get(("torch", "eager, bf16 autocast")))]
+    if eager:  # remat's fastest fp32 variant whose peak RSS stays within torch eager's
+        fits = [r for r in results if r["side"] == "remat" and measured(r) and "bf16" not in r["label"]
+                and r["maxrss"] <= eager["maxrss"]]
         if fits:
             best = max(fits, key=lambda r: r["tps"])
-            pairs.append((f"fastest remat within torch eager's peak RSS (*{best['label']}*) vs torch eager",
-                          best, eager))
+            pairs.append((f"fastest remat within that torch eager's peak RSS (*{best['label']}*) "
+                          "vs it", best, eager))
+    pairs.append(("for reference: remat none vs the old, untuned torch eager", by.get(("remat", "none")),
+                  by.get(("torch", "eager, untuned (the old baseline)"))))
     out = []
     for title, r, t in pairs:
         if r is None or t is None:
-            out.append(f"| {name} | {title} | n/a | n/a | n/a | n/a |")
             continue
-        out.append(f"| {name} | {title} | **{r['tps'] / t['tps']:.2f}x** | {r['maxrss'] / t['maxrss']:.2f}x | "
+        out.append(f"| {name} | {title} | **{r['tps'] / t['tps']:.2f}x** | {r['tps_p90'] / t['tps_p90']:.2f}x | "
+                   f"{r['maxrss'] / t['maxrss']:.2f}x | "
                    f"{r['peak_bytes'] / (t['maxrss'] - t['import_rss']):.2f}x | "
                    f"{abs(r['loss1'] - t['loss1']):.1e} |")
     return out
@@ -537,6 +626,7 @@ def report_state(a, info, tversion, tblas, token_desc, all_results, profiles, el
                 git=git, dirty=bool(dirty), cmd=" ".join([cmd] + extra), info=info, tversion=tversion,
                 tblas=tblas, token_desc=token_desc, results=all_results, profiles=profiles,
                 elapsed=elapsed, threads=a.threads, torch_attention=a.torch_attention,
+                torch_setups={x: torch_setup(x) for x in SETUPS},
                 model_list=a.model_list, steps=a.steps, warmups=a.warmups)
 
 
@@ -570,15 +660,23 @@ def write_report(path, st):
     L.append("## remat vs PyTorch eager")
     L.append("")
     L.append("remat against PyTorch eager on the CPU: the same Llama 3 model, weights, data, optimizer "
-             "and thread count, fp32. Generated by `bench/compare_pytorch.py`; do not edit by hand, "
-             "rerun the script.")
+             "and thread count, in fp32 and in bf16 mixed precision (fp32 master weights). Generated "
+             "by `bench/compare_pytorch.py`; do not edit by hand, rerun the script.")
     L.append("")
     L.append(f"- Date: {st['date']}; remat at git {st['git']}"
              f"{' (with uncommitted changes)' if st['dirty'] else ''}")
-    L.append(f"- Machine: {info['cpu']}, {info['cores']} cores ({info['isa']}), "
+    L.append(f"- Machine: {info['cpu']}, {info['cores']} cores ({info['isa']}, "
+             f"{info.get('bf16', 'avx512_bf16 not recorded')}), "
              f"{info['mem'] / 2**30:.1f} GiB RAM, Linux {info['kernel']}")
     L.append(f"- Threads: {a_threads} on both sides (remat `--training.threads {a_threads}`; "
              f"torch.set_num_threads({a_threads}), OMP_NUM_THREADS=OPENBLAS_NUM_THREADS={a_threads})")
+    setups = st.get("torch_setups")
+    if setups:
+        L.append("- PyTorch set-ups (the same model code and math in each; why they matter: "
+                 "bench/README.md): " + "; ".join(f"*{k}*: {v}" for k, v in setups.items())
+                 + ". Every torch row runs *tuned* unless its label names another.")
+    else:  # a state measured before the set-ups were recorded: the thread counts only
+        L.append("- PyTorch set-up: " + torch_setup("untuned"))
     L.append(f"- PyTorch {st['tversion']}, {st['tblas']}; attention in PyTorch: "
              + ("the oracle's naive math attention (full score matrix; torch 1.13 has no fused CPU "
                 "attention)" if st["torch_attention"] == "naive" else
@@ -602,7 +700,14 @@ def write_report(path, st):
     L.append("- Each configuration runs in its own child process. tokens/s = tokens of the timed "
              "steps / their wall time. A step is: next batch, zero grads, forward, backward, grad-norm "
              "clip, AdamW update (remat: its own per-step timer, from `--metrics.jsonl_path`; PyTorch: "
-             "`time.perf_counter` around the same work).")
+             "`time.perf_counter` around the same work). Headline: the median step; *upper decile*: "
+             "the rate 10% of the timed steps beat. *Process CPU s / wall s*: the child's user + "
+             "system time (all threads, from `wait4`) against its wall time, start-up included: "
+             "under background load wall time grows, CPU time much less.")
+    L.append("- bf16 rows: remat `--training.mixed_precision_param bfloat16`; PyTorch "
+             "`torch.autocast(\"cpu\", dtype=torch.bfloat16)` around the forward (fp32 parameters "
+             "and AdamW, bf16 matmuls through oneDNN, the loss in fp32), as torchtitan's mixed "
+             "precision. Their step-1 losses differ from fp32 by bf16 rounding.")
     L.append("- Same start: remat writes its seed checkpoint (`--checkpoint.create_seed_checkpoint`), "
              "PyTorch loads it; the `loss step 1` columns must agree (the difference is in the ratio "
              "table), which checks both sides do the same work.")
@@ -620,9 +725,9 @@ def write_report(path, st):
     L.append("")
     L.append("### Headline ratios")
     L.append("")
-    L.append("| model | comparison | tokens/s ratio (remat / torch, median step) | peak RSS ratio | remat allocator "
-             "peak / torch RSS above import | step-1 loss difference |")
-    L.append("|---|---|---:|---:|---:|---:|")
+    L.append("| model | comparison | tokens/s ratio (remat / torch, median step) | ratio of upper deciles | "
+             "peak RSS ratio | remat allocator peak / torch RSS above import | step-1 loss difference |")
+    L.append("|---|---|---:|---:|---:|---:|---:|")
     for name in st["model_list"]:
         L.extend(ratio_lines(name, [r for r in all_results if r["model"] == name]))
     L.append("")
@@ -667,6 +772,14 @@ def rerender(a):
     if not os.path.exists(path):
         raise SystemExit(f"--rerender: no {path}; run the benchmark first")
     st = json.load(open(path))
+    for r in st["results"]:  # a state written before the upper decile, CPU time and bf16 rows
+        if "step_seconds" in r and "tps_p90" not in r:
+            m = MODELS[r["model"]]
+            r["tps_p90"] = upper_decile([m["batch"] * m["seq"] / x for x in r["step_seconds"]])
+        r.setdefault("cpu", float("nan"))
+        if r["side"] == "torch":
+            r.setdefault("ac", "full" if r["label"] == "checkpoint per block" else "none")
+            r.setdefault("autocast", False)
     out_path = a.out or os.path.join(REPO, "BENCHMARKS.md")
     write_report(out_path, st)
     log(f"rewrote {out_path} from {path} (measured {st['date']})")
@@ -714,20 +827,27 @@ def main_parent(a):
         seed_dir = os.path.join(a.workdir, f"seed-{name}")
         cmd = remat_base_cmd(remat, m, a.threads, 1, tokens, seed_dir) + [
             "--checkpoint.create_seed_checkpoint", "true"]
-        rc, _, _, _ = run_child(cmd, os.path.join(a.workdir, f"seed-{name}.log"), a.timeout)
+        rc = run_child(cmd, os.path.join(a.workdir, f"seed-{name}.log"), a.timeout)[0]
         weights = os.path.join(seed_dir, "checkpoint", "step-0.safetensors")
         if rc != 0 or not os.path.exists(weights):
             raise SystemExit(f"remat could not write the seed checkpoint:\n"
                              f"{tail(os.path.join(a.workdir, f'seed-{name}.log'))}")
         modes = [x for x in REMAT_MODES if not a.quick or x[0] in QUICK_REMAT_MODES]
-        torch_by_ac = dict((ac, label) for label, ac in TORCH_MODES)
-        # Interleaved so both sides see the same background load.
-        order = [("torch", "none"), ("remat", modes[0]), ("torch", "full")] + [("remat", x) for x in modes[1:]]
+        variants = [v for v in TORCH_VARIANTS if not a.quick or v[0] in QUICK_TORCH_VARIANTS]
+        # Interleaved so both sides see the same background load: each torch variant runs just
+        # before the remat run it is compared with, the other remat modes after them.
+        partner = {"eager": "none", "checkpoint per block": "full",
+                   "eager, bf16 autocast": "none, bf16 mixed precision"}
+        order = []
+        for v in variants:
+            order.append(("torch", v))
+            order += [("remat", x) for x in modes if x[0] == partner.get(v[0])]
+        order += [("remat", x) for x in modes if x[0] not in partner.values()]
         results = []
         signatures = {}
         for side, what in order:
             if side == "torch":
-                results.append(run_torch(name, m, torch_by_ac[what], what, a, tokens, weights, a.workdir))
+                results.append(run_torch(name, m, what, a, tokens, weights, a.workdir))
             else:
                 label, flags = what
                 sig = op_plan_signature(remat, m, flags, a, tokens, a.workdir)
@@ -740,9 +860,9 @@ def main_parent(a):
                 if sig:
                     signatures.setdefault(sig, label)
                 results.append(run_remat(remat, name, m, label, flags, a, tokens, a.workdir))
-        # Table order: torch first, then remat in REMAT_MODES order.
-        results.sort(key=lambda r: (r["side"] != "torch", [x[0] for x in REMAT_MODES].index(r["label"])
-                                    if r["side"] == "remat" else 0))
+        # Table order: torch in TORCH_VARIANTS order, then remat in REMAT_MODES order.
+        results.sort(key=lambda r: (r["side"] != "torch", [x[0] for x in (
+            TORCH_VARIANTS if r["side"] == "torch" else REMAT_MODES)].index(r["label"])))
         all_results.extend(results)
 
     profiles = {}
@@ -752,7 +872,8 @@ def main_parent(a):
         prof_out = os.path.join(a.workdir, "torch-profile.txt")
         weights = os.path.join(a.workdir, "seed-debug", "checkpoint", "step-0.safetensors")
         log("torch profile (debug model, eager, profiling step 3)")
-        r = run_torch("debug", m, "eager", "none", a, tokens, weights, a.workdir, profile_out=prof_out, steps=3)
+        r = run_torch("debug", m, TORCH_VARIANTS[0], a, tokens, weights, a.workdir, profile_out=prof_out,
+                      steps=3)
         profiles["torch"] = (open(prof_out).read(), None) if "error" not in r and os.path.exists(prof_out) \
             else (None, f"the profiled run failed ({r.get('error')})")
     else:
@@ -780,6 +901,8 @@ def main(argv=None):
         p.add_argument("--weights", required=True)
         p.add_argument("--out", required=True)
         p.add_argument("--attention", choices=["naive", "sdpa"], default="naive")
+        p.add_argument("--foreach", action="store_true")
+        p.add_argument("--autocast", action="store_true")
         p.add_argument("--profile-step", type=int, default=0)
         p.add_argument("--profile-out")
         torch_worker(p.parse_args(argv[1:]))
