@@ -7,6 +7,8 @@ checkpoints") under mpirun -np 2, and one process.
  1. a 2-rank run (llama3 and llama4 debug, seq 64, 5 steps) saving every 2
     steps writes step folders holding one shard file per rank and the index,
     nothing left under a temporary name;
+ 1b. the same with the 2 ranks training ZeRO-3 sharded
+    (data_parallel_shard_degree 2), each rank writing the shards it holds;
  2. resumed with 2 ranks from step 2: steps 3 to 5 give the bits of the
     uninterrupted run;
  3. resumed as one process (no mpirun) with local batch 4, the same global
@@ -62,14 +64,14 @@ def check(what, ok, detail=""):
         failures.append(what)
 
 
-def command(remat, tmp, name, config, batch, ranks, extra=()):
+def command(remat, tmp, name, config, batch, ranks, extra=(), dp="replicate"):
     cmd = [remat, "train", "--config", os.path.join(REPO, "configs", config), *COMMON,
            "--training.local_batch_size", str(batch),
            "--metrics.jsonl_path", os.path.join(tmp, name + ".jsonl"),
            "--job.dump_folder", os.path.join(tmp, name), *extra]
     if ranks > 1:
         cmd = MPIRUN + ["-np", str(ranks)] + cmd + [
-            "--parallelism.data_parallel_replicate_degree", str(ranks)]
+            f"--parallelism.data_parallel_{dp}_degree", str(ranks)]
     return cmd
 
 
@@ -96,11 +98,12 @@ def folder(tmp, name, step):
     return os.path.join(tmp, name, "checkpoint", f"step-{step}")
 
 
-def save_and_resume(remat, tmp, config):
-    base = config.split("_")[0]
+def save_and_resume(remat, tmp, config, dp="replicate"):
+    """`dp` "shard": the 2-rank runs train ZeRO-3 sharded and save the shards they hold."""
+    base = config.split("_")[0] + ("" if dp == "replicate" else "_" + dp)
     cmd = command(remat, tmp, base, config, 2, 2, ["--training.steps", "5",
                                                     "--checkpoint.enable", "true",
-                                                    "--checkpoint.interval", "2"])
+                                                    "--checkpoint.interval", "2"], dp)
     run(cmd, f"{base}: 2-rank run")
     straight = steps(tmp, base)
     files = sorted(os.listdir(folder(tmp, base, 2)))
@@ -115,7 +118,7 @@ def save_and_resume(remat, tmp, config):
               for s in (2, 4, 5)))
 
     load = ["--training.steps", "5", "--checkpoint.load", folder(tmp, base, 2)]
-    run(command(remat, tmp, base + "_2r", config, 2, 2, load), f"{base}: 2-rank resume")
+    run(command(remat, tmp, base + "_2r", config, 2, 2, load, dp), f"{base}: 2-rank resume")
     resumed = steps(tmp, base + "_2r")
     check(f"{base}: 2-rank resume at step 2: steps 3-5 bit for bit",
           resumed == {s: straight[s] for s in (3, 4, 5)}, f"{resumed} vs {straight}")
@@ -370,6 +373,8 @@ def main():
     with tempfile.TemporaryDirectory(prefix="remat_sharded_") as tmp:
         save_and_resume(remat, tmp, "llama3_debug.toml")
         save_and_resume(remat, tmp, "llama4_debug.toml")
+        save_and_resume(remat, tmp, "llama3_debug.toml", dp="shard")
+        save_and_resume(remat, tmp, "llama4_debug.toml", dp="shard")
         one_to_two(remat, tmp)
         convert_and_oracle(remat, tmp)
         incomplete_save(remat, tmp)
