@@ -10,9 +10,11 @@
 //  - fresh gradients: a backward kernel with a `fresh` argument treats each
 //    activation gradient whose bit is set (bit i: its i-th gradient argument,
 //    in signature order) as holding no contribution yet and unspecified bytes
-//    (NaN included). It writes 0.0f + contribution there instead of adding:
+//    (NaN included). It writes the contribution as if added to +0 (0.0f + x,
+//    sgemm with beta 0, or a cache-hot row zeroed just before the usual
+//    accumulating loop where that loop's products could contract otherwise):
 //    the exact bits accumulating into a zeroed buffer gives, without the
-//    caller's memset and the kernel's read of zeros;
+//    caller's memset pass;
 //  - results are deterministic for a given thread count: every output element
 //    is owned by one thread and reductions run in a fixed order;
 //  - kernels allocate nothing large; scratch whose size grows with the
