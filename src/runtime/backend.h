@@ -9,7 +9,8 @@
 //    (make_storage(), wrapped by an Allocator that keeps the books);
 //  - forward kernels overwrite their outputs, backward kernels accumulate
 //    into every gradient (see kernels/cpu/kernels.h), except an op with
-//    OpInfo::grad_in_place_of_input0;
+//    OpInfo::grad_in_place_of_input0 and the fresh input gradients
+//    (OpBuffers::fresh_grad_inputs), which they overwrite;
 //  - host memory is touched only through copy_to_host / copy_from_host (or
 //    the helpers below), and only where data is inherently host data: files,
 //    the initial weights, metrics.
@@ -44,9 +45,13 @@ struct OpBuffers {
   // Backward only. `inputs` then holds the saved values, in the order op.h
   // states (saved inputs, then saved outputs).
   const float* grad_output = nullptr;  // gradient of output 0
-  std::vector<float*> grad_inputs;     // accumulated into
-  std::vector<float*> grad_params;     // accumulated into
-  float* workspace = nullptr;          // workspace_bytes(node) bytes
+  std::vector<float*> grad_inputs;     // accumulated into, unless fresh
+  // Bit i: grad_inputs[i] holds no contribution yet and unspecified bytes
+  // (the executor did not zero it); the backward overwrites it with the bits
+  // accumulating into zeros would give. Only bits of fresh_grad_inputs(kind).
+  uint32_t fresh_grad_inputs = 0;
+  std::vector<float*> grad_params;  // accumulated into
+  float* workspace = nullptr;       // workspace_bytes(node) bytes
   const int32_t* tokens = nullptr;
   const int32_t* targets = nullptr;
   // Element types of inputs, outputs, params and grad_output (empty: all f32).
@@ -89,6 +94,10 @@ class Backend {
   // Runs one op; returns the loss for the loss op, 0 otherwise.
   virtual double forward(const Node& node, const OpBuffers& buffers) = 0;
   virtual void backward(const Node& node, const OpBuffers& buffers) = 0;
+  // The input gradients (bit i: input i) that the backward of `kind` can
+  // take fresh (OpBuffers::fresh_grad_inputs): the executor skips zeroing a
+  // gradient buffer whose first writer overwrites it. 0: zero them all.
+  virtual uint32_t fresh_grad_inputs(OpKind /*kind*/) const { return 0; }
   // Scratch the backward of `node` needs (the op table's, for every backend
   // so far: the planner books the same bytes without a backend).
   virtual int64_t workspace_bytes(const Node& node) { return backward_workspace_bytes(node); }

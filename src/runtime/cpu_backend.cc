@@ -55,6 +55,7 @@ class CpuBackend final : public Backend {
   void backward(const Node& node, const OpBuffers& buffers) override {
     cpu_backward(node, buffers);
   }
+  uint32_t fresh_grad_inputs(OpKind kind) const override { return cpu_fresh_grad_inputs(kind); }
 
   double sum_squares(const Tensor& t) override { return cpu::sum_squares(t.data(), t.numel()); }
   void scale(Tensor& t, float factor) override { cpu::scale_inplace(t.data(), t.numel(), factor); }

@@ -1,5 +1,6 @@
 #include "runtime/cpu_ops.h"
 
+#include <cstring>
 #include <iterator>
 #include <stdexcept>
 
@@ -14,6 +15,10 @@ struct CpuKernels {
   OpKind kind;
   double (*forward)(const OpAttrs& a, const OpBuffers& b);
   void (*backward)(const OpAttrs& a, const OpBuffers& b);
+  // The input gradients the backward overwrites when they are fresh
+  // (Backend::fresh_grad_inputs): every one it produces. Inputs that get no
+  // gradient (MoE offsets, expert ids) are left out: their buffers stay zeroed.
+  uint32_t fresh_grads = 0;
 };
 
 using A = const OpAttrs&;
@@ -21,6 +26,12 @@ using B = const OpBuffers&;
 
 // A bf16 buffer travels as the same pointer (OpBuffers).
 const cpu::bf16* bf16_in(const float* p) { return reinterpret_cast<const cpu::bf16*>(p); }
+// The bf16 matmul kernels accumulate only: a fresh input gradient (rows x
+// cols floats) is zeroed for them first.
+void zero_if_fresh(B b, int64_t rows, int64_t cols) {
+  if ((b.fresh_grad_inputs & 1) != 0 && b.grad_inputs[0] != nullptr)
+    std::memset(b.grad_inputs[0], 0, sizeof(float) * static_cast<size_t>(rows * cols));
+}
 bool bf16_call(B b) { return b.param_dtype == DType::kBF16; }
 bool bf16_output(B b, size_t i) {
   return i < b.output_dtypes.size() && b.output_dtypes[i] == DType::kBF16;
@@ -45,8 +56,9 @@ constexpr CpuKernels kCpuKernels[] = {
      },
      [](A a, B b) {  // saved: x, rstd
        cpu::rmsnorm_backward(b.grad_output, b.inputs[0], b.params[0], b.inputs[1], a.rows, a.dim,
-                             b.grad_inputs[0], b.grad_params[0]);
-     }},
+                             b.grad_inputs[0], b.grad_params[0], b.fresh_grad_inputs);
+     },
+     0b1},
     {OpKind::kLinear,
      [](A a, B b) {
        if (bf16_call(b)) {
@@ -61,17 +73,19 @@ constexpr CpuKernels kCpuKernels[] = {
      },
      [](A a, B b) {  // saved: x
        if (bf16_call(b)) {
+         zero_if_fresh(b, a.m, a.k);
          cpu::linear_bf16_backward(bf16_in(b.grad_output), bf16_in(b.inputs[0]),
                                    bf16_in(b.params[0]), a.weight_in_out, a.m, a.k, a.n,
                                    b.grad_inputs[0], b.grad_params[0]);
        } else if (a.weight_in_out) {
          cpu::linear_in_out_backward(b.grad_output, b.inputs[0], b.params[0], a.m, a.k, a.n,
-                                     b.grad_inputs[0], b.grad_params[0]);
+                                     b.grad_inputs[0], b.grad_params[0], b.fresh_grad_inputs);
        } else {
          cpu::linear_backward(b.grad_output, b.inputs[0], b.params[0], a.m, a.k, a.n,
-                              b.grad_inputs[0], b.grad_params[0]);
+                              b.grad_inputs[0], b.grad_params[0], b.fresh_grad_inputs);
        }
-     }},
+     },
+     0b1},
     {OpKind::kRope,
      [](A a, B b) {
        cpu::rope_forward_from(b.inputs[0], a.batch, a.seq, a.position, a.heads, a.head_dim, a.theta,
@@ -80,8 +94,9 @@ constexpr CpuKernels kCpuKernels[] = {
      },
      [](A a, B b) {
        cpu::rope_backward(b.grad_output, a.batch, a.seq, a.heads, a.head_dim, a.theta,
-                          b.grad_inputs[0]);
-     }},
+                          b.grad_inputs[0], b.fresh_grad_inputs);
+     },
+     0b1},
     {OpKind::kAttention,
      [](A a, B b) {
        cpu::attention_forward_cached(b.inputs[0], b.inputs[1], b.inputs[2], a.batch, a.seq,
@@ -92,8 +107,10 @@ constexpr CpuKernels kCpuKernels[] = {
      [](A a, B b) {  // saved: q, k, v, out, lse
        cpu::attention_backward(b.grad_output, b.inputs[0], b.inputs[1], b.inputs[2], b.inputs[3],
                                b.inputs[4], a.batch, a.seq, a.heads, a.kv_heads, a.head_dim,
-                               b.grad_inputs[0], b.grad_inputs[1], b.grad_inputs[2], b.workspace);
-     }},
+                               b.grad_inputs[0], b.grad_inputs[1], b.grad_inputs[2], b.workspace,
+                               b.fresh_grad_inputs);
+     },
+     0b111},
     {OpKind::kSiluMul,
      [](A a, B b) {
        cpu::silu_mul_forward(b.inputs[0], b.inputs[1], a.rows * a.dim, b.outputs[0]);
@@ -101,16 +118,19 @@ constexpr CpuKernels kCpuKernels[] = {
      },
      [](A a, B b) {  // saved: a, b
        cpu::silu_mul_backward(b.grad_output, b.inputs[0], b.inputs[1], a.rows * a.dim,
-                              b.grad_inputs[0], b.grad_inputs[1]);
-     }},
+                              b.grad_inputs[0], b.grad_inputs[1], b.fresh_grad_inputs);
+     },
+     0b11},
     {OpKind::kAdd,
      [](A a, B b) {
        cpu::add_forward(b.inputs[0], b.inputs[1], a.rows * a.dim, b.outputs[0]);
        return 0.0;
      },
      [](A a, B b) {
-       cpu::add_backward(b.grad_output, a.rows * a.dim, b.grad_inputs[0], b.grad_inputs[1]);
-     }},
+       cpu::add_backward(b.grad_output, a.rows * a.dim, b.grad_inputs[0], b.grad_inputs[1],
+                         b.fresh_grad_inputs);
+     },
+     0b11},
     {OpKind::kCrossEntropy,
      [](A a, B b) {
        const double loss =
@@ -135,8 +155,9 @@ constexpr CpuKernels kCpuKernels[] = {
      },
      [](A a, B b) {  // saved: logits, indices. expert_bias and counts get no gradient.
        cpu::moe_route_backward(b.grad_output, b.inputs[0], b.inputs[1], a.rows, a.experts, a.top_k,
-                               a.sigmoid, b.grad_inputs[0]);
-     }},
+                               a.sigmoid, b.grad_inputs[0], b.fresh_grad_inputs);
+     },
+     0b1},
     {OpKind::kMoeDispatch,
      [](A a, B b) {
        cpu::moe_dispatch_forward(b.inputs[0], b.inputs[1], b.inputs[2], a.rows, a.dim, a.top_k,
@@ -145,8 +166,10 @@ constexpr CpuKernels kCpuKernels[] = {
      },
      [](A a, B b) {  // saved: x, scores, perm. The indices get no gradient.
        cpu::moe_dispatch_backward(b.grad_output, b.inputs[0], b.inputs[1], b.inputs[2], a.rows,
-                                  a.dim, a.top_k, b.grad_inputs[0], b.grad_inputs[1]);
-     }},
+                                  a.dim, a.top_k, b.grad_inputs[0], b.grad_inputs[1],
+                                  b.fresh_grad_inputs & 0b11);
+     },
+     0b11},
     {OpKind::kGroupedLinear,
      [](A a, B b) {
        if (bf16_call(b)) {
@@ -161,14 +184,17 @@ constexpr CpuKernels kCpuKernels[] = {
      },
      [](A a, B b) {  // saved: rows, offsets. The offsets get no gradient.
        if (bf16_call(b)) {
+         zero_if_fresh(b, a.m, a.k);
          cpu::grouped_linear_bf16_backward(bf16_in(b.grad_output), bf16_in(b.inputs[0]),
                                            b.inputs[1], bf16_in(b.params[0]), a.experts, a.k, a.n,
                                            b.grad_inputs[0], b.grad_params[0]);
        } else {
          cpu::grouped_linear_backward(b.grad_output, b.inputs[0], b.inputs[1], b.params[0],
-                                      a.experts, a.m, a.k, a.n, b.grad_inputs[0], b.grad_params[0]);
+                                      a.experts, a.m, a.k, a.n, b.grad_inputs[0], b.grad_params[0],
+                                      b.fresh_grad_inputs & 0b1);
        }
-     }},
+     },
+     0b1},
     {OpKind::kMoeCombine,
      [](A a, B b) {
        cpu::moe_combine_forward(b.inputs[0], b.inputs[1], a.rows, a.dim, a.top_k, b.outputs[0]);
@@ -176,8 +202,9 @@ constexpr CpuKernels kCpuKernels[] = {
      },
      [](A a, B b) {  // saved: perm
        cpu::moe_combine_backward(b.grad_output, b.inputs[0], a.rows, a.dim, a.top_k,
-                                 b.grad_inputs[0]);
-     }},
+                                 b.grad_inputs[0], b.fresh_grad_inputs & 0b1);
+     },
+     0b1},
 };
 
 constexpr bool table_in_enum_order() {
@@ -204,6 +231,8 @@ double cpu_forward(const Node& node, const OpBuffers& b) {
 void cpu_backward(const Node& node, const OpBuffers& b) {
   kernels_of(node.kind).backward(node.attrs, b);
 }
+
+uint32_t cpu_fresh_grad_inputs(OpKind kind) { return kernels_of(kind).fresh_grads; }
 
 bool cpu_has_kernels(OpKind kind) {
   const CpuKernels& k = kernels_of(kind);

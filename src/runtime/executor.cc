@@ -1,5 +1,6 @@
 #include "runtime/executor.h"
 
+#include <algorithm>
 #include <chrono>
 #include <stdexcept>
 
@@ -21,14 +22,27 @@ Executor::Executor(const Program& program, Schedule schedule, Allocator& allocat
       grads_(program.values.size()),
       weight_copies_(program.params.size()) {}
 
-Tensor& Executor::grad_of(ValueId v) {
+Tensor& Executor::grad_of(ValueId v, bool fresh) {
   Tensor& g = grads_[v];
   if (!g.defined()) {
     // fp32 whatever the value's dtype: backward kernels accumulate into it.
     g = Tensor(*allocator_, program_.values[v].shape, MemoryCategory::kTemporaries, DType::kF32);
-    backend_.zero(g);
+    if (!fresh) backend_.zero(g);
   }
   return g;
+}
+
+uint32_t Executor::fresh_grad_inputs(const Node& node) const {
+  const uint32_t can = backend_.fresh_grad_inputs(node.kind);
+  uint32_t fresh = 0;
+  for (size_t i = 0; i < node.inputs.size(); ++i) {
+    const ValueId in = node.inputs[i];
+    // Read twice by one op (add(x, x)): both gradients land in one buffer,
+    // which must start from zeros.
+    const bool once = std::count(node.inputs.begin(), node.inputs.end(), in) == 1;
+    if (((can >> i) & 1) != 0 && once && !grads_[in].defined()) fresh |= 1u << i;
+  }
+  return fresh;
 }
 
 bool Executor::runs_bf16(const Node& node) const {
@@ -234,7 +248,13 @@ void Executor::backward(const Node& node, const Batch& batch) {
     grads_[in].recategorize(MemoryCategory::kTemporaries);
     b.grad_inputs.push_back(grads_[in].data());
   } else {
-    for (ValueId in : node.inputs) b.grad_inputs.push_back(grad_of(in).data());
+    // The first backward to reach a value's gradient overwrites it when its
+    // kernel can (fresh): no memset of a buffer it would overwrite anyway.
+    b.fresh_grad_inputs = fresh_grad_inputs(node);
+    for (size_t i = 0; i < node.inputs.size(); ++i) {
+      const bool fresh = ((b.fresh_grad_inputs >> i) & 1) != 0;
+      b.grad_inputs.push_back(grad_of(node.inputs[i], fresh).data());
+    }
     const Tensor& dy = grads_[node.outputs[0]];
     if (!dy.defined()) throw std::logic_error("executor: no gradient reaches " + node.fqn);
     b.grad_output = dy.data();

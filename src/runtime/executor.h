@@ -116,7 +116,12 @@ class Executor {
                    std::chrono::steady_clock::time_point start);
   void forward(const Node& node, int32_t index, bool recompute, const Batch& batch);
   void backward(const Node& node, const Batch& batch);
-  Tensor& grad_of(ValueId v);
+  // The gradient buffer of `v`, allocated on first use: zeroed, or left as it
+  // is when `fresh` (its first writer overwrites it, OpBuffers).
+  Tensor& grad_of(ValueId v, bool fresh);
+  // The inputs of `node` whose gradient its backward is the first to write
+  // and can take fresh.
+  uint32_t fresh_grad_inputs(const Node& node) const;
   // Whether `node` runs on bf16 buffers (see above).
   bool runs_bf16(const Node& node) const;
   // The buffer a kernel reads for `value`: the value itself, or (bf16 value,

@@ -4,7 +4,10 @@
 // every kind by one generic check. A kind without a case below fails.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstring>
 #include <functional>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <random>
@@ -91,27 +94,27 @@ std::map<OpKind, FdCase> fd_cases() {
   return c;
 }
 
-// Runs forward and backward of one op on the CPU backend and compares every
-// differentiable gradient with central differences of sum(out0 * r). The
-// loss op's out0 is the loss itself (r = 1, as its backward assumes).
-void check_op_gradients(OpKind kind, const FdCase& fd) {
-  const OpInfo& info = op_info(kind);
-  Node node{kind, info.name, {}, {}, {}, -1, fd.attrs};
-  const std::vector<Shape> out_shapes = infer_output_shapes(node);
-  uint32_t seed = 1;
-  Buffers in, params, out;
-  for (const Shape& s : fd.inputs) in.push_back(cpu::testing::random_vector(numel(s), seed++));
-  for (const Shape& s : fd.params) params.push_back(cpu::testing::random_vector(numel(s), seed++));
-  for (const Shape& s : out_shapes) out.emplace_back(numel(s));
-  if (fd.prepare) fd.prepare(in);
-  const int64_t rows = std::max<int64_t>(fd.attrs.rows, 1);
-  std::vector<int32_t> tokens = cpu::testing::random_tokens(rows, 7, seed++);
-  std::vector<int32_t> targets = cpu::testing::random_tokens(rows, 7, seed++);
-  const std::vector<float> r = kind == OpKind::kCrossEntropy
-                                   ? std::vector<float>{1.0f}
-                                   : cpu::testing::random_vector(out[0].size(), seed++);
-  Backend& backend = cpu_backend();
-  auto run_forward = [&] {
+// One op on the CPU backend with the case's random inputs, parameters,
+// token ids and output weights r: forward() returns sum(out0 * r) (the loss
+// op's out0 is the loss itself, r = 1, as its backward assumes), backward()
+// the gradients of the inputs and parameters.
+struct OpRun {
+  OpRun(OpKind kind, const FdCase& fd)
+      : info(op_info(kind)), node{kind, info.name, {}, {}, {}, -1, fd.attrs} {
+    uint32_t seed = 1;
+    for (const Shape& s : fd.inputs) in.push_back(cpu::testing::random_vector(numel(s), seed++));
+    for (const Shape& s : fd.params)
+      params.push_back(cpu::testing::random_vector(numel(s), seed++));
+    for (const Shape& s : infer_output_shapes(node)) out.emplace_back(numel(s));
+    if (fd.prepare) fd.prepare(in);
+    const int64_t rows = std::max<int64_t>(fd.attrs.rows, 1);
+    tokens = cpu::testing::random_tokens(rows, 7, seed++);
+    targets = cpu::testing::random_tokens(rows, 7, seed++);
+    r = kind == OpKind::kCrossEntropy ? std::vector<float>{1.0f}
+                                      : cpu::testing::random_vector(out[0].size(), seed++);
+  }
+
+  double forward() {
     OpBuffers b;
     for (auto& v : in) b.inputs.push_back(v.data());
     for (auto& v : params) b.params.push_back(v.data());
@@ -119,38 +122,97 @@ void check_op_gradients(OpKind kind, const FdCase& fd) {
     b.is_recompute = true;  // no state updates (MoE counts)
     b.tokens = tokens.data();
     b.targets = targets.data();
-    backend.forward(node, b);
+    cpu_backend().forward(node, b);
     return cpu::testing::weighted_sum(out[0], r);
-  };
-  run_forward();
-  OpBuffers b;
-  for (int i = 0; i < info.num_inputs; ++i)
-    if (info.saved_inputs & (1u << i)) b.inputs.push_back(in[i].data());
-  for (int i = 0; i < info.num_outputs; ++i)
-    if (info.saved_outputs & (1u << i)) b.inputs.push_back(out[i].data());
-  for (auto& v : params) b.params.push_back(v.data());
+  }
+
+  // After forward(). Input gradients marked in `fresh` start as NaN (any
+  // bytes), the others as zeros. grad_in[0] of an in-place op is in[0].
+  void backward(uint32_t fresh, Buffers& grad_in, Buffers& grad_params) {
+    OpBuffers b;
+    for (int i = 0; i < info.num_inputs; ++i)
+      if (info.saved_inputs & (1u << i)) b.inputs.push_back(in[i].data());
+    for (int i = 0; i < info.num_outputs; ++i)
+      if (info.saved_outputs & (1u << i)) b.inputs.push_back(out[i].data());
+    for (auto& v : params) b.params.push_back(v.data());
+    grad_in.clear();
+    grad_params.clear();
+    for (size_t i = 0; i < in.size(); ++i) {
+      const float init = ((fresh >> i) & 1) != 0 ? std::numeric_limits<float>::quiet_NaN() : 0.0f;
+      grad_in.push_back(
+          i == 0 && info.grad_in_place_of_input0 ? in[0] : std::vector<float>(in[i].size(), init));
+    }
+    for (auto& v : params) grad_params.emplace_back(v.size());
+    for (auto& g : grad_in) b.grad_inputs.push_back(g.data());
+    for (auto& g : grad_params) b.grad_params.push_back(g.data());
+    b.fresh_grad_inputs = fresh;
+    std::vector<float> workspace(cpu_backend().workspace_bytes(node) / sizeof(float));
+    b.workspace = workspace.data();
+    b.grad_output = r.data();
+    b.tokens = tokens.data();
+    b.targets = targets.data();
+    cpu_backend().backward(node, b);
+  }
+
+  const OpInfo& info;
+  Node node;
+  Buffers in, params, out;
+  std::vector<int32_t> tokens, targets;
+  std::vector<float> r;
+};
+
+// Runs forward and backward of one op and compares every differentiable
+// gradient with central differences of sum(out0 * r).
+void check_op_gradients(OpKind kind, const FdCase& fd) {
+  OpRun run(kind, fd);
+  run.forward();
   Buffers grad_in, grad_params;
-  for (size_t i = 0; i < in.size(); ++i)
-    grad_in.push_back(i == 0 && info.grad_in_place_of_input0 ? in[0]
-                                                             : std::vector<float>(in[i].size()));
-  for (auto& v : params) grad_params.emplace_back(v.size());
-  for (auto& g : grad_in) b.grad_inputs.push_back(g.data());
-  for (auto& g : grad_params) b.grad_params.push_back(g.data());
-  std::vector<float> workspace(backend.workspace_bytes(node) / sizeof(float));
-  b.workspace = workspace.data();
-  b.grad_output = r.data();
-  b.tokens = tokens.data();
-  b.targets = targets.data();
-  backend.backward(node, b);
-  const std::string name = info.name;
-  for (size_t i = 0; i < in.size(); ++i)
+  run.backward(0, grad_in, grad_params);
+  auto forward = [&] { return run.forward(); };
+  const std::string name = run.info.name;
+  for (size_t i = 0; i < run.in.size(); ++i)
     if (fd.input_differentiable[i])
-      cpu::testing::check_gradient(name + " input " + std::to_string(i), in[i], grad_in[i],
-                                   run_forward, 1e-2f, fd.tol);
-  for (size_t i = 0; i < params.size(); ++i)
+      cpu::testing::check_gradient(name + " input " + std::to_string(i), run.in[i], grad_in[i],
+                                   forward, 1e-2f, fd.tol);
+  for (size_t i = 0; i < run.params.size(); ++i)
     if (fd.param_differentiable[i])
-      cpu::testing::check_gradient(name + " param " + std::to_string(i), params[i], grad_params[i],
-                                   run_forward, 1e-2f, fd.tol);
+      cpu::testing::check_gradient(name + " param " + std::to_string(i), run.params[i],
+                                   grad_params[i], forward, 1e-2f, fd.tol);
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// A backward handed fresh gradients (uninitialised, here NaN) writes the
+// exact bits it accumulates into zeroed ones, for every gradient it produces;
+// the executor relies on it to skip the memset (Backend::fresh_grad_inputs).
+TEST(OpTable, FreshGradientsGetTheBitsOfZeroedOnes) {
+  const std::map<OpKind, FdCase> cases = fd_cases();
+  int checked = 0;
+  for (const auto& [kind, fd] : cases) {
+    const uint32_t fresh = cpu_backend().fresh_grad_inputs(kind);
+    if (fresh == 0) continue;
+    SCOPED_TRACE(op_info(kind).name);
+    EXPECT_EQ(fresh >> op_info(kind).num_inputs, 0u);
+    for (size_t i = 0; i < fd.inputs.size(); ++i) {  // only gradients it produces
+      if (((fresh >> i) & 1) != 0) {
+        EXPECT_TRUE(fd.input_differentiable[i]) << "input " << i;
+      }
+    }
+    OpRun run(kind, fd);
+    run.forward();
+    Buffers zeroed_in, zeroed_params, fresh_in, fresh_params;
+    run.backward(0, zeroed_in, zeroed_params);
+    run.backward(fresh, fresh_in, fresh_params);
+    for (size_t i = 0; i < zeroed_in.size(); ++i)
+      EXPECT_TRUE(same_bits(zeroed_in[i], fresh_in[i])) << "input " << i;
+    for (size_t i = 0; i < zeroed_params.size(); ++i)
+      EXPECT_TRUE(same_bits(zeroed_params[i], fresh_params[i])) << "param " << i;
+    ++checked;
+  }
+  // The matmuls, norms, RoPE, attention, SwiGLU, adds and the MoE ops.
+  EXPECT_GE(checked, 10);
 }
 
 TEST(OpTable, EveryKindIsComplete) {

@@ -65,6 +65,9 @@ class CheckingBackend final : public Backend {
     check_backward(node, b);
     cpu().backward(node, b);
   }
+  uint32_t fresh_grad_inputs(OpKind kind) const override {
+    return cpu_backend().fresh_grad_inputs(kind);
+  }
 
   double sum_squares(const Tensor& t) override {
     ++calls_.sum_squares;

@@ -319,14 +319,15 @@ void pack_key_tile(const float* k, const float* v, int64_t row0, int64_t k0, int
 }
 
 // Adds a key tile's accumulated dk and dv into the gradients (dk, dv point
-// at the kv head's first column).
+// at the kv head's first column). Each key row is added exactly once, so a
+// fresh dk / dv (kernels.h) starts that row from +0.
 void add_key_tile_grads(const KeyTile& kt, int64_t row0, int64_t kv_stride, int64_t D, int64_t Dp,
-                        float* dk, float* dv) {
+                        float* dk, float* dv, bool fresh_dk, bool fresh_dv) {
   for (int64_t j = 0; j < kt.nk; ++j) {
     const int64_t off = (row0 + kt.k0 + j) * kv_stride;
     for (int64_t i = 0; i < D; ++i) {
-      dk[off + i] += kt.dka[j * Dp + i];
-      dv[off + i] += kt.dva[j * Dp + i];
+      dk[off + i] = (fresh_dk ? 0.0f : dk[off + i]) + kt.dka[j * Dp + i];
+      dv[off + i] = (fresh_dv ? 0.0f : dv[off + i]) + kt.dva[j * Dp + i];
     }
   }
 }
@@ -340,7 +341,7 @@ void add_key_tile_grads(const KeyTile& kt, int64_t row0, int64_t kv_stride, int6
 void attention_backward(const float* dout, const float* q, const float* k, const float* v,
                         const float* out, const float* lse, int64_t batch, int64_t seq,
                         int64_t heads, int64_t kv_heads, int64_t head_dim, float* dq, float* dk,
-                        float* dv, float* workspace) {
+                        float* dv, float* workspace, uint32_t fresh) {
   check_shapes(heads, kv_heads, head_dim);
   const int64_t D = head_dim, Dp = detail::round_up(D, 8);
   const int64_t group = heads / kv_heads;
@@ -349,6 +350,7 @@ void attention_backward(const float* dout, const float* q, const float* k, const
   const int64_t key_groups = (tiles + kKeyGroup - 1) / kKeyGroup;
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
   const int nt = num_threads();
+  const bool fresh_dq = (fresh & 1) != 0, fresh_dk = (fresh & 2) != 0, fresh_dv = (fresh & 4) != 0;
   float* delta = workspace;
   row_deltas(dout, out, batch, seq, heads, D, nt, delta);
 
@@ -400,16 +402,20 @@ void attention_backward(const float* dout, const float* q, const float* k, const
           for (int64_t t = kt_begin; t <= last; ++t)
             backward_pair(ktiles[t - kt_begin], qs, dos, lse2, delta_h + q0, q0, M, Dp, scale, p,
                           ds, dqt, t == kt_begin);
+          // The first key group reaches every query tile: a fresh dq row
+          // starts from +0 there.
+          const bool dq_from_zero = fresh_dq && kg == 0;
           for (int64_t r = 0; r < M; ++r) {
             float* dqr = dq + row0 + r * q_stride;
             const float* src = dqt + r * Dp;
-            for (int64_t i = 0; i < D; ++i) dqr[i] += src[i];
+            for (int64_t i = 0; i < D; ++i) dqr[i] = (dq_from_zero ? 0.0f : dqr[i]) + src[i];
           }
         }
       }
 
       for (int64_t t = kt_begin; t < kt_end; ++t) {
-        add_key_tile_grads(ktiles[t - kt_begin], b * seq, kv_stride, D, Dp, dk + g * D, dv + g * D);
+        add_key_tile_grads(ktiles[t - kt_begin], b * seq, kv_stride, D, Dp, dk + g * D, dv + g * D,
+                           fresh_dk, fresh_dv);
       }
     }
   }

@@ -5,7 +5,16 @@
 //    per-head tensors are laid out [batch, seq, heads, head_dim];
 //  - forward kernels OVERWRITE their outputs;
 //  - backward kernels ACCUMULATE (+=) into every gradient they produce
-//    (activation gradients and parameter gradients alike); the caller zeroes;
+//    (activation gradients and parameter gradients alike); the caller zeroes,
+//    except for gradients it marks fresh (below);
+//  - fresh gradients: a backward kernel with a `fresh` argument treats each
+//    activation gradient whose bit is set (bit i: its i-th gradient argument,
+//    in signature order) as holding no contribution yet and unspecified bytes
+//    (NaN included). It writes the contribution as if added to +0 (0.0f + x,
+//    sgemm with beta 0, or a cache-hot row zeroed just before the usual
+//    accumulating loop where that loop's products could contract otherwise):
+//    the exact bits accumulating into a zeroed buffer gives, without the
+//    caller's memset pass;
 //  - results are deterministic for a given thread count: every output element
 //    is owned by one thread and reductions run in a fixed order;
 //  - kernels allocate nothing large; scratch whose size grows with the
@@ -31,21 +40,23 @@ void embedding_backward(const int32_t* tokens, int64_t n_tokens, const float* do
 // --- RMSNorm over the last dim: out = x * rstd * w, rstd[r] = 1/sqrt(mean(x^2)+eps)
 void rmsnorm_forward(const float* x, const float* weight, int64_t rows, int64_t dim, float eps,
                      float* out, float* rstd);
+// fresh: bit 0 dx.
 void rmsnorm_backward(const float* dout, const float* x, const float* weight, const float* rstd,
-                      int64_t rows, int64_t dim, float* dx, float* dweight);
+                      int64_t rows, int64_t dim, float* dx, float* dweight, uint32_t fresh = 0);
 
 // --- linear (no bias), PyTorch weight layout: y[m, n] = x[m, k] @ w[n, k]^T
 void linear_forward(const float* x, const float* w, int64_t m, int64_t k, int64_t n, float* y);
-// dx[m, k] += dy @ w ; dw[n, k] += dy^T @ x
+// dx[m, k] += dy @ w ; dw[n, k] += dy^T @ x. fresh: bit 0 dx.
 void linear_backward(const float* dy, const float* x, const float* w, int64_t m, int64_t k,
-                     int64_t n, float* dx, float* dw);
+                     int64_t n, float* dx, float* dw, uint32_t fresh = 0);
 
 // --- linear with the weight stored (in, out): y[m, n] = x[m, k] @ w[k, n]
 // (torchtitan's expert layout). dx += dy @ w^T ; dw += x^T @ dy (null: skipped).
+// fresh: bit 0 dx.
 void linear_in_out_forward(const float* x, const float* w, int64_t m, int64_t k, int64_t n,
                            float* y);
 void linear_in_out_backward(const float* dy, const float* x, const float* w, int64_t m, int64_t k,
-                            int64_t n, float* dx, float* dw);
+                            int64_t n, float* dx, float* dw, uint32_t fresh = 0);
 
 // --- mixture of experts (moe.cc). T tokens, E experts, top_k slots per
 // token, D model dim. Expert ids, offsets and permutations are exact floats.
@@ -61,7 +72,7 @@ void moe_route_forward(const float* logits, const float* expert_bias, int64_t to
 // dlogits[T, E] += d(out_scores)/d(logits)^T dscores (scores recomputed from logits).
 void moe_route_backward(const float* dscores, const float* logits, const float* indices,
                         int64_t tokens, int64_t experts, int64_t top_k, bool sigmoid,
-                        float* dlogits);
+                        float* dlogits, uint32_t fresh = 0);  // fresh: bit 0 dlogits
 // Dispatch: rows[T*k, D] grouped by expert (stable: by expert, then token,
 // then slot), row = x[t] * scores[t, slot]; offsets[E+1] the first row of
 // each expert; perm[r] = t * k + slot of sorted row r.
@@ -70,19 +81,19 @@ void moe_dispatch_forward(const float* x, const float* scores, const float* indi
                           float* perm);
 void moe_dispatch_backward(const float* drows, const float* x, const float* scores,
                            const float* perm, int64_t tokens, int64_t dim, int64_t top_k, float* dx,
-                           float* dscores);
+                           float* dscores, uint32_t fresh = 0);  // fresh: bit 0 dx, bit 1 dscores
 // Grouped linear: for each expert e, out[seg e] = rows[seg e] @ w[e] with
 // w[E, K, N] and seg e = [offsets[e], offsets[e+1]); one GEMM per segment.
 void grouped_linear_forward(const float* rows, const float* offsets, const float* w,
                             int64_t experts, int64_t m, int64_t k, int64_t n, float* out);
 void grouped_linear_backward(const float* dout, const float* rows, const float* offsets,
                              const float* w, int64_t experts, int64_t m, int64_t k, int64_t n,
-                             float* drows, float* dw);
+                             float* drows, float* dw, uint32_t fresh = 0);  // fresh: bit 0 drows
 // Combine: y[t] = sum over slots (in slot order) of rows[r] with perm[r] = t*k+slot.
 void moe_combine_forward(const float* rows, const float* perm, int64_t tokens, int64_t dim,
                          int64_t top_k, float* y);
 void moe_combine_backward(const float* dy, const float* perm, int64_t tokens, int64_t dim,
-                          int64_t top_k, float* drows);
+                          int64_t top_k, float* drows, uint32_t fresh = 0);  // fresh: bit 0 drows
 // Auxiliary-loss-free load balancing: delta = coeff * sign(mean(counts) -
 // counts), centred to zero mean; expert_bias += delta; counts = 0.
 void update_expert_bias(float* expert_bias, float* counts, int64_t experts, float coeff);
@@ -97,8 +108,9 @@ void rope_forward(const float* x, int64_t batch, int64_t seq, int64_t heads, int
 // cache). rope_forward is first_position = 0.
 void rope_forward_from(const float* x, int64_t batch, int64_t seq, int64_t first_position,
                        int64_t heads, int64_t head_dim, double theta, float* out);
+// fresh: bit 0 dx.
 void rope_backward(const float* dout, int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
-                   double theta, float* dx);
+                   double theta, float* dx, uint32_t fresh = 0);
 
 // --- causal grouped-query attention, scaled by 1/sqrt(head_dim).
 // q, out: [batch, seq, heads, head_dim]; k, v: [batch, seq, kv_heads, head_dim];
@@ -125,16 +137,17 @@ inline int64_t attention_backward_workspace_floats(int64_t batch, int64_t seq, i
 void attention_backward(const float* dout, const float* q, const float* k, const float* v,
                         const float* out, const float* lse, int64_t batch, int64_t seq,
                         int64_t heads, int64_t kv_heads, int64_t head_dim, float* dq, float* dk,
-                        float* dv, float* workspace);
+                        float* dv, float* workspace, uint32_t fresh = 0);  // fresh: dq, dk, dv
 
 // --- SwiGLU gate: out = silu(a) * b, elementwise over n
 void silu_mul_forward(const float* a, const float* b, int64_t n, float* out);
 void silu_mul_backward(const float* dout, const float* a, const float* b, int64_t n, float* da,
-                       float* db);
+                       float* db, uint32_t fresh = 0);  // fresh: bit 0 da, bit 1 db
 
 // --- residual add: out = a + b; backward: da += dout, db += dout
 void add_forward(const float* a, const float* b, int64_t n, float* out);
-void add_backward(const float* dout, int64_t n, float* da, float* db);
+void add_backward(const float* dout, int64_t n, float* da, float* db,
+                  uint32_t fresh = 0);  // fresh: bit 0 da, bit 1 db
 
 // --- cross-entropy, mean over rows. logits: [rows, vocab]; lse: [rows].
 // Returns the mean loss (summed in double, in row order).

@@ -5,12 +5,31 @@
 // thread pool for the whole engine means no two pools spin against each
 // other on the same cores. Rows are cut into chunks that depend only on the
 // shape (split_rows), so results are bit-identical for any thread count.
+//
+// A fresh dx (kernels.h) is written with beta = 0: sgemm then never reads the
+// old contents, and OpenBLAS zeroes C before adding the product, which gives
+// the bits of accumulating into a zeroed buffer.
 #include <cblas.h>
+
+#include <cstring>
 
 #include "kernels/cpu/internal.h"
 #include "kernels/cpu/kernels.h"
 
 namespace remat::cpu {
+
+namespace {
+
+// Whether a backward has no product to compute. With n = 0 the product is
+// zero, so a fresh dx still has to be written: with zeros.
+bool zero_fresh_if_empty(int64_t m, int64_t k, int64_t n, float* dx, uint32_t fresh) {
+  if (m != 0 && n != 0 && k != 0) return false;
+  if (n == 0 && dx != nullptr && (fresh & 1) != 0)
+    std::memset(dx, 0, sizeof(float) * static_cast<size_t>(m * k));
+  return true;
+}
+
+}  // namespace
 
 void linear_forward(const float* x, const float* w, int64_t m, int64_t k, int64_t n, float* y) {
   if (m == 0 || n == 0) return;
@@ -22,13 +41,14 @@ void linear_forward(const float* x, const float* w, int64_t m, int64_t k, int64_
 }
 
 void linear_backward(const float* dy, const float* x, const float* w, int64_t m, int64_t k,
-                     int64_t n, float* dx, float* dw) {
-  if (m == 0 || n == 0 || k == 0) return;
+                     int64_t n, float* dx, float* dw, uint32_t fresh) {
+  if (zero_fresh_if_empty(m, k, n, dx, fresh)) return;
   // dx[m, k] += dy[m, n] @ w[n, k], split over rows of dx (skipped when null).
   if (dx != nullptr) {
+    const float beta = (fresh & 1) != 0 ? 0.0f : 1.0f;
     detail::split_rows(m, k * n, [&](int64_t r0, int64_t r1) {
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, k, n, 1.0f, dy + r0 * n, n, w,
-                  k, 1.0f, dx + r0 * k, k);
+                  k, beta, dx + r0 * k, k);
     });
   }
   // dw[n, k] += dy[m, n]^T @ x[m, k], split over rows of dw (skipped when null).
@@ -50,13 +70,14 @@ void linear_in_out_forward(const float* x, const float* w, int64_t m, int64_t k,
 }
 
 void linear_in_out_backward(const float* dy, const float* x, const float* w, int64_t m, int64_t k,
-                            int64_t n, float* dx, float* dw) {
-  if (m == 0 || n == 0 || k == 0) return;
+                            int64_t n, float* dx, float* dw, uint32_t fresh) {
+  if (zero_fresh_if_empty(m, k, n, dx, fresh)) return;
   // dx[m, k] += dy[m, n] @ w[k, n]^T, split over rows of dx.
   if (dx != nullptr) {
+    const float beta = (fresh & 1) != 0 ? 0.0f : 1.0f;
     detail::split_rows(m, k * n, [&](int64_t r0, int64_t r1) {
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, k, n, 1.0f, dy + r0 * n, n, w,
-                  n, 1.0f, dx + r0 * k, k);
+                  n, beta, dx + r0 * k, k);
     });
   }
   // dw[k, n] += x[m, k]^T @ dy[m, n], split over rows of dw.

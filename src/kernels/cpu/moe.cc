@@ -89,7 +89,8 @@ void moe_route_forward(const float* logits, const float* expert_bias, int64_t to
 
 void moe_route_backward(const float* dscores, const float* logits, const float* indices,
                         int64_t tokens, int64_t experts, int64_t top_k, bool sigmoid,
-                        float* dlogits) {
+                        float* dlogits, uint32_t fresh) {
+  const bool fresh_dl = (fresh & 1) != 0;  // each dlogits row is written once
 #pragma omp parallel for schedule(static) if (tokens * experts >= detail::kParallelMin)
   for (int64_t t = 0; t < tokens; ++t) {
     std::vector<float> p(experts), g(experts, 0.0f);
@@ -99,12 +100,13 @@ void moe_route_backward(const float* dscores, const float* logits, const float* 
     }
     float* dl = dlogits + t * experts;
     if (sigmoid) {
-      for (int64_t e = 0; e < experts; ++e) dl[e] += g[e] * p[e] * (1.0f - p[e]);
+      for (int64_t e = 0; e < experts; ++e)
+        dl[e] = (fresh_dl ? 0.0f : dl[e]) + g[e] * p[e] * (1.0f - p[e]);
     } else {
       // softmax Jacobian: dl_e = p_e * (g_e - sum_i p_i g_i)
       float dot = 0;
       for (int64_t e = 0; e < experts; ++e) dot += p[e] * g[e];
-      for (int64_t e = 0; e < experts; ++e) dl[e] += p[e] * (g[e] - dot);
+      for (int64_t e = 0; e < experts; ++e) dl[e] = (fresh_dl ? 0.0f : dl[e]) + p[e] * (g[e] - dot);
     }
   }
 }
@@ -134,17 +136,23 @@ void moe_dispatch_forward(const float* x, const float* scores, const float* indi
 
 void moe_dispatch_backward(const float* drows, const float* x, const float* scores,
                            const float* perm, int64_t tokens, int64_t dim, int64_t top_k, float* dx,
-                           float* dscores) {
+                           float* dscores, uint32_t fresh) {
+  const bool fresh_dx = (fresh & 1) != 0, fresh_ds = (fresh & 2) != 0;
   const std::vector<int64_t> row_of = slot_rows(perm, tokens * top_k);
 #pragma omp parallel for schedule(static) if (tokens * top_k * dim >= detail::kParallelMin)
   for (int64_t t = 0; t < tokens; ++t) {
     for (int64_t j = 0; j < top_k; ++j) {
       const int64_t i = t * top_k + j;
       const float* dr = drows + row_of[i] * dim;
-      dscores[i] += detail::dot(dr, x + t * dim, dim);
+      dscores[i] = (fresh_ds ? 0.0f : dscores[i]) + detail::dot(dr, x + t * dim, dim);
       const float s = scores[i];
       float* d = dx + t * dim;
-      for (int64_t c = 0; c < dim; ++c) d[c] += dr[c] * s;
+      // A fresh dx row starts from +0 at the token's first slot.
+      if (fresh_dx && j == 0) {
+        for (int64_t c = 0; c < dim; ++c) d[c] = 0.0f + dr[c] * s;
+      } else {
+        for (int64_t c = 0; c < dim; ++c) d[c] += dr[c] * s;
+      }
     }
   }
 }
@@ -160,13 +168,14 @@ void grouped_linear_forward(const float* rows, const float* offsets, const float
 
 void grouped_linear_backward(const float* dout, const float* rows, const float* offsets,
                              const float* w, int64_t experts, int64_t /*m*/, int64_t k, int64_t n,
-                             float* drows, float* dw) {
+                             float* drows, float* dw, uint32_t fresh) {
+  // The segments cover every row, so each fresh drows row is written once.
   for (int64_t e = 0; e < experts; ++e) {
     const auto begin = static_cast<int64_t>(offsets[e]);
     const auto end = static_cast<int64_t>(offsets[e + 1]);
     linear_in_out_backward(dout + begin * n, rows + begin * k, w + e * k * n, end - begin, k, n,
                            drows == nullptr ? nullptr : drows + begin * k,
-                           dw == nullptr ? nullptr : dw + e * k * n);
+                           dw == nullptr ? nullptr : dw + e * k * n, fresh & 1);
   }
 }
 
@@ -186,13 +195,18 @@ void moe_combine_forward(const float* rows, const float* perm, int64_t tokens, i
 }
 
 void moe_combine_backward(const float* dy, const float* perm, int64_t tokens, int64_t dim,
-                          int64_t top_k, float* drows) {
+                          int64_t top_k, float* drows, uint32_t fresh) {
   const int64_t n = tokens * top_k;
+  const bool fresh_rows = (fresh & 1) != 0;  // each row is written once
 #pragma omp parallel for schedule(static) if (n * dim >= detail::kParallelMin)
   for (int64_t r = 0; r < n; ++r) {
     const float* src = dy + (static_cast<int64_t>(perm[r]) / top_k) * dim;
     float* d = drows + r * dim;
-    for (int64_t c = 0; c < dim; ++c) d[c] += src[c];
+    if (fresh_rows) {
+      for (int64_t c = 0; c < dim; ++c) d[c] = 0.0f + src[c];
+    } else {
+      for (int64_t c = 0; c < dim; ++c) d[c] += src[c];
+    }
   }
 }
 

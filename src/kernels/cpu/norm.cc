@@ -1,5 +1,6 @@
 // RMSNorm over the last dimension: out = (x * rstd) * w, as torchtitan computes it.
 #include <cmath>
+#include <cstring>
 
 #include "kernels/cpu/internal.h"
 #include "kernels/cpu/kernels.h"
@@ -47,7 +48,11 @@ void rmsnorm_forward(const float* x, const float* weight, int64_t rows, int64_t 
 //   dx = r * g * w - x * r^3 * sum_j(g_j * w_j * x_j) / dim
 //   dw = sum over rows of g * x * r
 void rmsnorm_backward(const float* dout, const float* x, const float* weight, const float* rstd,
-                      int64_t rows, int64_t dim, float* dx, float* dweight) {
+                      int64_t rows, int64_t dim, float* dx, float* dweight, uint32_t fresh) {
+  // A fresh dx row (kernels.h) is zeroed while in cache and then takes the
+  // accumulating loop: writing 0.0f + (...) in a second loop lets the compiler
+  // contract its products differently (C++'s -ffp-contract=fast), off by an ulp.
+  const bool fresh_dx = (fresh & 1) != 0;
   const int nt = num_threads();
   const bool par = rows * dim >= detail::kParallelMin;
   if (dx != nullptr) {
@@ -72,6 +77,7 @@ void rmsnorm_backward(const float* dout, const float* x, const float* weight, co
       const double rd = rstd[r];
       const float rs = rstd[r];
       const float c = static_cast<float>(rd * rd * rd * s / static_cast<double>(dim));
+      if (fresh_dx) std::memset(dxr, 0, sizeof(float) * static_cast<size_t>(dim));
       for (int64_t i = 0; i < dim; ++i) dxr[i] += rs * (gr[i] * weight[i]) - xr[i] * c;
     }
   }

@@ -1,5 +1,6 @@
 // Rotary position embedding, torchtitan's interleaved pair layout.
 #include <cmath>
+#include <cstring>
 #include <stdexcept>
 
 #include "kernels/cpu/internal.h"
@@ -13,9 +14,19 @@ constexpr int64_t kMaxPairs = 512;  // head_dim up to 1024
 
 // Rotates every head of every (batch, position) row by +angle (sign = 1) or
 // -angle (sign = -1); row p of a sequence is at position first + p.
-// accumulate: out += rotated, else out = rotated.
+// How the rotated values reach `out`.
+enum class Store {
+  kAssign,  // out = rotated (forward)
+  kAdd,     // out += rotated (backward)
+  // out = 0 + rotated (backward into a fresh gradient, kernels.h): each row
+  // is zeroed while it is in cache, then takes kAdd's code path. Writing
+  // 0.0f + y instead lets the compiler contract y's products differently
+  // (-ffp-contract=fast is C++'s default), off by an ulp.
+  kAddToZero,
+};
+
 void rope_apply(const float* x, int64_t batch, int64_t seq, int64_t first, int64_t heads,
-                int64_t head_dim, double theta, float sign, bool accumulate, float* out) {
+                int64_t head_dim, double theta, float sign, Store store, float* out) {
   if (head_dim % 2 != 0 || head_dim / 2 > kMaxPairs)
     throw std::invalid_argument("rope: head_dim must be even and at most 1024");
   const int64_t pairs = head_dim / 2;
@@ -36,6 +47,7 @@ void rope_apply(const float* x, int64_t batch, int64_t seq, int64_t first, int64
     for (int64_t b = 0; b < batch; ++b) {
       const float* xr = x + (b * seq + p) * row;
       float* yr = out + (b * seq + p) * row;
+      if (store == Store::kAddToZero) std::memset(yr, 0, sizeof(float) * static_cast<size_t>(row));
       for (int64_t h = 0; h < heads; ++h) {
         const float* xh = xr + h * head_dim;
         float* yh = yr + h * head_dim;
@@ -43,7 +55,7 @@ void rope_apply(const float* x, int64_t batch, int64_t seq, int64_t first, int64
           const float x0 = xh[2 * i], x1 = xh[2 * i + 1];
           const float y0 = x0 * c[i] - x1 * s[i];
           const float y1 = x0 * s[i] + x1 * c[i];
-          if (accumulate) {
+          if (store != Store::kAssign) {
             yh[2 * i] += y0;
             yh[2 * i + 1] += y1;
           } else {
@@ -60,19 +72,20 @@ void rope_apply(const float* x, int64_t batch, int64_t seq, int64_t first, int64
 
 void rope_forward(const float* x, int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
                   double theta, float* out) {
-  rope_apply(x, batch, seq, 0, heads, head_dim, theta, 1.0f, false, out);
+  rope_apply(x, batch, seq, 0, heads, head_dim, theta, 1.0f, Store::kAssign, out);
 }
 
 void rope_forward_from(const float* x, int64_t batch, int64_t seq, int64_t first_position,
                        int64_t heads, int64_t head_dim, double theta, float* out) {
   if (first_position < 0) throw std::invalid_argument("rope: first_position must be >= 0");
-  rope_apply(x, batch, seq, first_position, heads, head_dim, theta, 1.0f, false, out);
+  rope_apply(x, batch, seq, first_position, heads, head_dim, theta, 1.0f, Store::kAssign, out);
 }
 
 // The rotation is orthogonal: its transpose is the rotation by -angle.
 void rope_backward(const float* dout, int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
-                   double theta, float* dx) {
-  rope_apply(dout, batch, seq, 0, heads, head_dim, theta, -1.0f, true, dx);
+                   double theta, float* dx, uint32_t fresh) {
+  rope_apply(dout, batch, seq, 0, heads, head_dim, theta, -1.0f,
+             (fresh & 1) != 0 ? Store::kAddToZero : Store::kAdd, dx);
 }
 
 }  // namespace remat::cpu

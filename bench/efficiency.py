@@ -1,0 +1,113 @@
+"""Per-model efficiency against issue 11's targets, optionally before/after.
+
+For llama3 debug, llama4 debug (batch 8 x seq 256) and the wide model (dim
+1024, 8 layers, batch 2 x seq 1024), trains AC none and op AC in interleaved
+rounds (none, op, none, op, ...; with --baseline, each binary in turn inside
+every round), so slow phases of a shared machine hit every set-up alike.
+Prints, per model and binary: MFU with AC none (as remat's log line reports
+it, against the measured fp32 FMA peak), the op-AC slowdown (tokens/s of none
+/ tokens/s of op - 1) next to op AC's recompute share of the step's FLOPs
+(from `remat plan --json`, the schedule the run follows) and the margin
+against the target (slowdown <= share + 2 points), and the CPU seconds per
+step of each run (user + system of the child, less sensitive to other load
+than wall time, though OpenMP's spin-waiting counts in it).
+
+Figures use the upper decile of the timed steps' tokens/s (the steps least
+disturbed by other processes) and also show the median. Prints a table; it
+writes nothing (BENCHMARKS.md sections are written by their own scripts).
+
+Usage: /usr/bin/python3 bench/efficiency.py [--remat build/remat]
+           [--baseline OTHER/remat] [--steps 6] [--rounds 2] [--models llama3,llama4,wide]
+"""
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import tempfile
+
+from benchmarks_file import machine
+
+AC = "--activation_checkpoint."
+NONE = [AC + "mode", "none"]
+OP = [AC + "mode", "selective", AC + "selective_ac_option", "op"]
+WIDE = ["--model.dim", "1024", "--model.n_layers", "8", "--model.n_heads", "16",
+        "--model.n_kv_heads", "16", "--training.seq_len", "1024", "--training.local_batch_size", "2"]
+MODELS = {
+    "llama3": ("llama3 debug (batch 8 x seq 256)", ["--config", "configs/llama3_debug.toml"], 75),
+    "llama4": ("llama4 debug (batch 8 x seq 256)", ["--config", "configs/llama4_debug.toml"], 70),
+    "wide": ("wide (dim 1024, 8 layers, batch 2 x seq 1024)",
+             ["--config", "configs/llama3_debug.toml", *WIDE], None),
+}
+WARMUP = 2
+
+
+def upper_decile(values):
+    values = sorted(values)
+    return values[min(len(values) - 1, int(0.9 * len(values)))]
+
+
+def train(remat, model, ac, steps, tmp):
+    """Timed steps' tokens/s and MFU, and the child's CPU seconds per step."""
+    metrics = os.path.join(tmp, "m.jsonl")
+    if os.path.exists(metrics):
+        os.remove(metrics)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run([remat, "train", *model, *ac, "--training.steps", str(steps + WARMUP),
+                    "--metrics.log_freq", "1", "--metrics.jsonl_path", metrics,
+                    "--job.dump_folder", tmp, "--training.threads", "2",
+                    "--validation.enabled", "false"], check=True, capture_output=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    rows = [json.loads(line) for line in open(metrics)][WARMUP:]
+    return [r["tps"] for r in rows], [r["mfu"] for r in rows], cpu / (steps + WARMUP)
+
+
+def recompute_share(remat, model):
+    plan = json.loads(subprocess.run([remat, "plan", *model, *OP, "--json"], check=True,
+                                     capture_output=True, text=True).stdout)
+    return plan["configured"]["recompute_flops"] / plan["configured"]["model_flops"]
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--remat", default="build/remat")
+    parser.add_argument("--baseline", help="a second remat binary, measured in alternation")
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--models", default="llama3,llama4,wide")
+    args = parser.parse_args()
+    binaries = {"this": args.remat}
+    if args.baseline:
+        binaries = {"baseline": args.baseline, **binaries}
+    print(f"{machine()}, 2 threads, 1-minute load average {os.getloadavg()[0]:.1f} at the start; "
+          f"{args.rounds} interleaved rounds of {args.steps} timed steps after {WARMUP} warm-up")
+    print("| model | binary | MFU none (p90 / median) | op-AC slowdown (p90) | recompute share "
+          "| slowdown - share | CPU s/step none, op |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    with tempfile.TemporaryDirectory() as tmp:
+        for key in args.models.split(","):
+            name, model, mfu_target = MODELS[key]
+            share = recompute_share(args.remat, model)
+            runs = {b: {"none": ([], [], []), "op": ([], [], [])} for b in binaries}
+            for _ in range(args.rounds):
+                for ac_name, ac in (("none", NONE), ("op", OP)):
+                    for b, remat in binaries.items():
+                        tps, mfu, cpu = train(remat, model, ac, args.steps, tmp)
+                        runs[b][ac_name][0].extend(tps)
+                        runs[b][ac_name][1].extend(mfu)
+                        runs[b][ac_name][2].append(cpu)
+            for b in binaries:
+                none, op = runs[b]["none"], runs[b]["op"]
+                slowdown = upper_decile(none[0]) / upper_decile(op[0]) - 1
+                margin = 100 * (slowdown - share)
+                target = f" (target {mfu_target}%)" if mfu_target else ""
+                print(f"| {name} | {b} | {upper_decile(none[1]):.1%} / "
+                      f"{statistics.median(none[1]):.1%}{target} | {slowdown:+.1%} | {share:.1%} | "
+                      f"{margin:+.1f} points (target <= +2) | "
+                      f"{statistics.median(none[2]):.2f}, {statistics.median(op[2]):.2f} |",
+                      flush=True)
+
+
+main()
