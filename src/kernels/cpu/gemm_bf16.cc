@@ -87,6 +87,14 @@ __attribute__((target("avx512f,avx512bf16"))) void micro_tile(const uint32_t* ap
                                                               const uint32_t* bp, int64_t pairs,
                                                               float* c, int64_t ldc, int64_t rows,
                                                               int64_t cols, bool accumulate) {
+  // C's rows are far apart (ldc) and cold: fetched (for writing) now, they
+  // arrive while the k loop runs instead of stalling the stores after it.
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = c + r * ldc;
+    __builtin_prefetch(row, 1, 3);
+    __builtin_prefetch(row + 16, 1, 3);
+    __builtin_prefetch(row + kNr - 1, 1, 3);  // a third line where the row is unaligned
+  }
   __m512 acc[kMr][2];
 #pragma GCC unroll 12
   for (int r = 0; r < kMr; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
@@ -100,6 +108,22 @@ __attribute__((target("avx512f,avx512bf16"))) void micro_tile(const uint32_t* ap
       acc[r][0] = _mm512_dpbf16_ps(acc[r][0], av, b0);
       acc[r][1] = _mm512_dpbf16_ps(acc[r][1], av, b1);
     }
+  }
+  if (cols == kNr) {
+    // Whole rows: plain loads and stores (masked ones are slower on some CPUs).
+#pragma GCC unroll 12
+    for (int r = 0; r < kMr; ++r) {
+      if (r >= rows) break;
+      float* row = c + r * ldc;
+      __m512 lo = acc[r][0], hi = acc[r][1];
+      if (accumulate) {
+        lo = _mm512_add_ps(_mm512_loadu_ps(row), lo);
+        hi = _mm512_add_ps(_mm512_loadu_ps(row + 16), hi);
+      }
+      _mm512_storeu_ps(row, lo);
+      _mm512_storeu_ps(row + 16, hi);
+    }
+    return;
   }
   const auto mask = [](int64_t n) -> __mmask16 {
     return n >= 16 ? 0xffff : n <= 0 ? 0 : static_cast<__mmask16>((1u << n) - 1);
