@@ -19,13 +19,32 @@ namespace {
 // (the chunks are what the threads share).
 constexpr int64_t kChunk = 16384;
 
+// Elements [begin, begin + n) of an operand as fp32, into `dst`.
+void copy_widened(ActIn x, int64_t begin, int64_t n, float* dst) {
+  if (!x.bf16) {
+    std::copy_n(static_cast<const float*>(x.data) + begin, n, dst);
+    return;
+  }
+  const bf16* src = static_cast<const bf16*>(x.data) + begin;
+  for (int64_t i = 0; i < n; ++i) dst[i] = from_bf16(src[i]);
+}
+
+// `src` into elements [begin, begin + n) of a result, rounded where bf16.
+void copy_rounded(const float* src, ActOut y, int64_t begin, int64_t n) {
+  if (!y.bf16) {
+    std::copy_n(src, n, static_cast<float*>(y.data) + begin);
+    return;
+  }
+  bf16* dst = static_cast<bf16*>(y.data) + begin;
+  for (int64_t i = 0; i < n; ++i) dst[i] = to_bf16(src[i]);
+}
+
 // The fp32 elements [begin, begin + n) of an operand: in place, or widened
 // into `scratch`.
 const float* widened(ActIn x, int64_t begin, int64_t n, std::vector<float>& scratch) {
   if (!x.bf16) return static_cast<const float*>(x.data) + begin;
   scratch.resize(static_cast<size_t>(n));
-  const bf16* src = static_cast<const bf16*>(x.data) + begin;
-  for (int64_t i = 0; i < n; ++i) scratch[i] = from_bf16(src[i]);
+  copy_widened(x, begin, n, scratch.data());
   return scratch.data();
 }
 
@@ -38,9 +57,7 @@ float* result(ActOut y, int64_t begin, int64_t n, std::vector<float>& scratch) {
 }
 
 void store(ActOut y, int64_t begin, int64_t n, const std::vector<float>& scratch) {
-  if (!y.bf16) return;
-  bf16* dst = static_cast<bf16*>(y.data) + begin;
-  for (int64_t i = 0; i < n; ++i) dst[i] = to_bf16(scratch[i]);
+  if (y.bf16) copy_rounded(scratch.data(), y, begin, n);
 }
 
 // body(c) for c in [0, chunks), shared out among the threads when the op
@@ -124,19 +141,24 @@ void rmsnorm_backward_act(const float* dout, ActIn x, const float* weight, const
 
 void rope_forward_act(ActIn x, int64_t batch, int64_t seq, int64_t first_position, int64_t heads,
                       int64_t head_dim, double theta, ActOut out) {
-  // Rows are positions; a chunk stays within one sequence, which the kernel
-  // rotates from its first row's position on.
+  // A chunk is a run of positions from every sequence, gathered into one
+  // [batch, n, heads, head_dim] block, so that each position's angles are
+  // computed once per call, as in one call on the whole tensor.
   const int64_t width = heads * head_dim;
-  const int64_t per = rows_per_chunk(width), per_seq = (seq + per - 1) / per;
-  by_chunks(batch * per_seq, batch * seq * width, [&](int64_t c) {
+  const int64_t per = rows_per_chunk(batch * width), chunks = (seq + per - 1) / per;
+  by_chunks(chunks, batch * seq * width, [&](int64_t c) {
     Scratch& s = t_scratch;
-    const int64_t b = c / per_seq, p0 = c % per_seq * per;
-    const int64_t n = std::min(per, seq - p0);
-    const int64_t begin = (b * seq + p0) * width, count = n * width;
-    float* y = result(out, begin, count, s.out);
-    rope_forward_from(widened(x, begin, count, s.a), 1, n, first_position + p0, heads, head_dim,
-                      theta, y);
-    store(out, begin, count, s.out);
+    const int64_t p0 = c * per, n = std::min(per, seq - p0), count = n * width;
+    s.a.resize(static_cast<size_t>(batch * count));
+    s.out.resize(static_cast<size_t>(batch * count));
+    for (int64_t b = 0; b < batch; ++b) {
+      copy_widened(x, (b * seq + p0) * width, count, s.a.data() + b * count);
+    }
+    rope_forward_from(s.a.data(), batch, n, first_position + p0, heads, head_dim, theta,
+                      s.out.data());
+    for (int64_t b = 0; b < batch; ++b) {
+      copy_rounded(s.out.data() + b * count, out, (b * seq + p0) * width, count);
+    }
   });
 }
 
