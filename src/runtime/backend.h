@@ -26,13 +26,17 @@
 
 namespace remat {
 
-// The buffers of one op call. Pointers are the start of a tensor's bytes.
-// Under bf16 compute (Program::compute_dtype) an op whose kernels take bf16
-// (Backend::takes_bf16) is handed bf16 buffers through the same pointers:
-// its activations as the program stores them, the bf16 copies of its
-// weights and a bf16 copy of the gradient of its output; the dtypes below
-// say which. Gradients it accumulates into (inputs, parameters) are fp32.
-// Every other op sees fp32 only (the executor widens and narrows around it).
+// What the kernels of an op take under bf16 compute (Program::compute_dtype),
+// through the same pointers (OpBuffers' dtypes say which buffer is which).
+// Gradients they accumulate into (inputs, parameters) are always fp32.
+enum class Bf16Use {
+  kNone,         // fp32 only: the executor widens bf16 values and narrows results
+  kActivations,  // activations as the program stores them; fp32 weights, fp32 dy
+  kAll,          // also the bf16 copies of its weights and a bf16 copy of dy
+};
+
+// The buffers of one op call. Pointers are the start of a tensor's bytes; a
+// bf16 buffer travels through the same pointer (see Bf16Use).
 struct OpBuffers {
   std::vector<const float*> inputs;
   std::vector<float*> outputs;
@@ -88,8 +92,8 @@ class Backend {
   // rounding. The default goes through host copies; a backend whose memory
   // the host cannot address should convert in place.
   virtual void convert(const Tensor& src, Tensor& dst);
-  // Whether the kernels of `kind` take bf16 buffers (see OpBuffers).
-  virtual bool takes_bf16(OpKind /*kind*/) const { return false; }
+  // Which bf16 buffers the kernels of `kind` take (see Bf16Use).
+  virtual Bf16Use bf16_use(OpKind /*kind*/) const { return Bf16Use::kNone; }
 
   // Runs one op; returns the loss for the loss op, 0 otherwise.
   virtual double forward(const Node& node, const OpBuffers& buffers) = 0;

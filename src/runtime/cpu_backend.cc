@@ -44,9 +44,21 @@ class CpuBackend final : public Backend {
       copy(src, dst);
     }
   }
-  // The matmuls: bf16 operands, fp32 accumulation (kernels/cpu/bf16.h).
-  bool takes_bf16(OpKind kind) const override {
-    return kind == OpKind::kLinear || kind == OpKind::kGroupedLinear;
+  // The matmuls: bf16 operands, fp32 accumulation; the pointwise ops read
+  // and write bf16 activations, computing in fp32 (kernels/cpu/bf16.h).
+  Bf16Use bf16_use(OpKind kind) const override {
+    switch (kind) {
+      case OpKind::kLinear:
+      case OpKind::kGroupedLinear:
+        return Bf16Use::kAll;
+      case OpKind::kRmsNorm:
+      case OpKind::kRope:
+      case OpKind::kSiluMul:
+      case OpKind::kAdd:
+        return Bf16Use::kActivations;
+      default:
+        return Bf16Use::kNone;
+    }
   }
 
   double forward(const Node& node, const OpBuffers& buffers) override {

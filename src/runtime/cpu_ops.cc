@@ -26,16 +26,33 @@ using B = const OpBuffers&;
 
 // A bf16 buffer travels as the same pointer (OpBuffers).
 const cpu::bf16* bf16_in(const float* p) { return reinterpret_cast<const cpu::bf16*>(p); }
-// The bf16 matmul kernels accumulate only: a fresh input gradient (rows x
-// cols floats) is zeroed for them first.
-void zero_if_fresh(B b, int64_t rows, int64_t cols) {
-  if ((b.fresh_grad_inputs & 1) != 0 && b.grad_inputs[0] != nullptr)
-    std::memset(b.grad_inputs[0], 0, sizeof(float) * static_cast<size_t>(rows * cols));
+// The bf16 kernels (matmuls, and the pointwise ones on bf16 activations)
+// accumulate only: a fresh input gradient i (rows x cols floats) is zeroed
+// for them first.
+void zero_if_fresh(B b, int64_t rows, int64_t cols, size_t i = 0) {
+  if (((b.fresh_grad_inputs >> i) & 1) != 0 && b.grad_inputs[i] != nullptr)
+    std::memset(b.grad_inputs[i], 0, sizeof(float) * static_cast<size_t>(rows * cols));
 }
 bool bf16_call(B b) { return b.param_dtype == DType::kBF16; }
 bool bf16_output(B b, size_t i) {
   return i < b.output_dtypes.size() && b.output_dtypes[i] == DType::kBF16;
 }
+bool bf16_input(B b, size_t i) {
+  return i < b.input_dtypes.size() && b.input_dtypes[i] == DType::kBF16;
+}
+// A Bf16Use::kActivations op runs its bf16 kernels when any of its
+// activations is bf16 (they take each operand in its own dtype).
+bool bf16_values(B b) {
+  for (DType d : b.input_dtypes) {
+    if (d == DType::kBF16) return true;
+  }
+  for (DType d : b.output_dtypes) {
+    if (d == DType::kBF16) return true;
+  }
+  return false;
+}
+cpu::ActIn act_in(B b, size_t i) { return {b.inputs[i], bf16_input(b, i)}; }
+cpu::ActOut act_out(B b, size_t i) { return {b.outputs[i], bf16_output(b, i)}; }
 
 // Indexed by OpKind (checked at compile time). A backward's b.inputs are the
 // saved values in op.h's order; the comments name them.
@@ -50,13 +67,24 @@ constexpr CpuKernels kCpuKernels[] = {
      }},
     {OpKind::kRmsNorm,
      [](A a, B b) {
-       cpu::rmsnorm_forward(b.inputs[0], b.params[0], a.rows, a.dim, a.eps, b.outputs[0],
-                            b.outputs[1]);
+       if (bf16_values(b)) {
+         cpu::rmsnorm_forward_act(act_in(b, 0), b.params[0], a.rows, a.dim, a.eps, act_out(b, 0),
+                                  b.outputs[1]);
+       } else {
+         cpu::rmsnorm_forward(b.inputs[0], b.params[0], a.rows, a.dim, a.eps, b.outputs[0],
+                              b.outputs[1]);
+       }
        return 0.0;
      },
      [](A a, B b) {  // saved: x, rstd
-       cpu::rmsnorm_backward(b.grad_output, b.inputs[0], b.params[0], b.inputs[1], a.rows, a.dim,
-                             b.grad_inputs[0], b.grad_params[0], b.fresh_grad_inputs);
+       if (bf16_values(b)) {
+         zero_if_fresh(b, a.rows, a.dim);
+         cpu::rmsnorm_backward_act(b.grad_output, act_in(b, 0), b.params[0], b.inputs[1], a.rows,
+                                   a.dim, b.grad_inputs[0], b.grad_params[0]);
+       } else {
+         cpu::rmsnorm_backward(b.grad_output, b.inputs[0], b.params[0], b.inputs[1], a.rows, a.dim,
+                               b.grad_inputs[0], b.grad_params[0], b.fresh_grad_inputs);
+       }
      },
      0b1},
     {OpKind::kLinear,
@@ -88,8 +116,13 @@ constexpr CpuKernels kCpuKernels[] = {
      0b1},
     {OpKind::kRope,
      [](A a, B b) {
-       cpu::rope_forward_from(b.inputs[0], a.batch, a.seq, a.position, a.heads, a.head_dim, a.theta,
-                              b.outputs[0]);
+       if (bf16_values(b)) {
+         cpu::rope_forward_act(act_in(b, 0), a.batch, a.seq, a.position, a.heads, a.head_dim,
+                               a.theta, act_out(b, 0));
+       } else {
+         cpu::rope_forward_from(b.inputs[0], a.batch, a.seq, a.position, a.heads, a.head_dim,
+                                a.theta, b.outputs[0]);
+       }
        return 0.0;
      },
      [](A a, B b) {
@@ -113,17 +146,32 @@ constexpr CpuKernels kCpuKernels[] = {
      0b111},
     {OpKind::kSiluMul,
      [](A a, B b) {
-       cpu::silu_mul_forward(b.inputs[0], b.inputs[1], a.rows * a.dim, b.outputs[0]);
+       if (bf16_values(b)) {
+         cpu::silu_mul_forward_act(act_in(b, 0), act_in(b, 1), a.rows * a.dim, act_out(b, 0));
+       } else {
+         cpu::silu_mul_forward(b.inputs[0], b.inputs[1], a.rows * a.dim, b.outputs[0]);
+       }
        return 0.0;
      },
      [](A a, B b) {  // saved: a, b
-       cpu::silu_mul_backward(b.grad_output, b.inputs[0], b.inputs[1], a.rows * a.dim,
-                              b.grad_inputs[0], b.grad_inputs[1], b.fresh_grad_inputs);
+       if (bf16_values(b)) {
+         zero_if_fresh(b, a.rows, a.dim, 0);
+         zero_if_fresh(b, a.rows, a.dim, 1);
+         cpu::silu_mul_backward_act(b.grad_output, act_in(b, 0), act_in(b, 1), a.rows * a.dim,
+                                    b.grad_inputs[0], b.grad_inputs[1]);
+       } else {
+         cpu::silu_mul_backward(b.grad_output, b.inputs[0], b.inputs[1], a.rows * a.dim,
+                                b.grad_inputs[0], b.grad_inputs[1], b.fresh_grad_inputs);
+       }
      },
      0b11},
     {OpKind::kAdd,
      [](A a, B b) {
-       cpu::add_forward(b.inputs[0], b.inputs[1], a.rows * a.dim, b.outputs[0]);
+       if (bf16_values(b)) {
+         cpu::add_forward_act(act_in(b, 0), act_in(b, 1), a.rows * a.dim, act_out(b, 0));
+       } else {
+         cpu::add_forward(b.inputs[0], b.inputs[1], a.rows * a.dim, b.outputs[0]);
+       }
        return 0.0;
      },
      [](A a, B b) {

@@ -45,8 +45,8 @@ uint32_t Executor::fresh_grad_inputs(const Node& node) const {
   return fresh;
 }
 
-bool Executor::runs_bf16(const Node& node) const {
-  return program_.compute_dtype == DType::kBF16 && backend_.takes_bf16(node.kind);
+Bf16Use Executor::bf16_use(const Node& node) const {
+  return program_.compute_dtype == DType::kBF16 ? backend_.bf16_use(node.kind) : Bf16Use::kNone;
 }
 
 const float* Executor::kernel_input(const Tensor& value, bool bf16_kernel,
@@ -159,7 +159,8 @@ void Executor::record_time(const Step& step, std::chrono::steady_clock::time_poi
 }
 
 void Executor::forward(const Node& node, int32_t index, bool recompute, const Batch& batch) {
-  const bool bf16 = runs_bf16(node);
+  const Bf16Use use = bf16_use(node);
+  const bool bf16 = use != Bf16Use::kNone;
   OpBuffers b;
   std::vector<Tensor> staged;  // fp32 copies of bf16 values, for this step only
   for (ValueId in : node.inputs) {
@@ -169,10 +170,10 @@ void Executor::forward(const Node& node, int32_t index, bool recompute, const Ba
     b.inputs.push_back(kernel_input(values_[in], bf16, staged, b.input_dtypes));
   }
   for (ParamId p : node.params) {
-    b.params.push_back(weight(p, bf16));
+    b.params.push_back(weight(p, use == Bf16Use::kAll));
     b.mutable_params.push_back(master(p));
   }
-  b.param_dtype = bf16 ? DType::kBF16 : DType::kF32;
+  b.param_dtype = use == Bf16Use::kAll ? DType::kBF16 : DType::kF32;
   b.is_recompute = recompute;
   // A recompute may rebuild an output that is still live (a node with one
   // kept and one dropped output): that copy goes to scratch and is dropped.
@@ -221,7 +222,8 @@ void Executor::forward(const Node& node, int32_t index, bool recompute, const Ba
 }
 
 void Executor::backward(const Node& node, const Batch& batch) {
-  const bool bf16 = runs_bf16(node);
+  const Bf16Use use = bf16_use(node);
+  const bool bf16 = use != Bf16Use::kNone;
   OpBuffers b;
   std::vector<Tensor> staged;  // fp32 copies of bf16 saved values, for this step only
   for (ValueId v : saved_values(node)) {
@@ -232,10 +234,10 @@ void Executor::backward(const Node& node, const Batch& batch) {
     b.inputs.push_back(kernel_input(values_[v], bf16, staged, b.input_dtypes));
   }
   for (ParamId p : node.params) {
-    b.params.push_back(weight(p, bf16));
+    b.params.push_back(weight(p, use == Bf16Use::kAll));
     b.grad_params.push_back(gradient(p));
   }
-  b.param_dtype = bf16 ? DType::kBF16 : DType::kF32;
+  b.param_dtype = use == Bf16Use::kAll ? DType::kBF16 : DType::kF32;
   const OpInfo& info = op_info(node.kind);
   Tensor grad_output;  // bf16 kernels: the output's gradient rounded to bf16
   if (info.grad_in_place_of_input0) {
@@ -258,7 +260,7 @@ void Executor::backward(const Node& node, const Batch& batch) {
     const Tensor& dy = grads_[node.outputs[0]];
     if (!dy.defined()) throw std::logic_error("executor: no gradient reaches " + node.fqn);
     b.grad_output = dy.data();
-    if (bf16) {
+    if (use == Bf16Use::kAll) {
       grad_output = Tensor(*allocator_, dy.shape(), MemoryCategory::kTemporaries, DType::kBF16);
       if (!dry_run()) backend_.convert(dy, grad_output);
       b.grad_output = grad_output.data();

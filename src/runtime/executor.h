@@ -13,13 +13,15 @@
 // included, in bf16: half the bytes). Everything the executor adds for it
 // is allocated here, so the planner's replay books it too:
 //  - the bf16 copy of a weight, cast when an op whose kernels take bf16
-//    (Backend::takes_bf16: the matmuls) first reads it in the current gather
-//    unit (gather_unit), released when the unit changes and at the end of
-//    the run;
-//  - for an op whose kernels take only fp32 (norms, softmax, attention,
-//    loss, MoE routing), fp32 copies of its bf16 inputs and outputs, live
-//    for that one step: it computes in fp32 and its outputs are rounded to
-//    bf16 once, as a kernel that widens on load and rounds on store would;
+//    weights (Backend::bf16_use kAll: the matmuls) first reads it in the
+//    current gather unit (gather_unit), released when the unit changes and
+//    at the end of the run;
+//  - for an op whose kernels take only fp32 (Bf16Use::kNone: softmax,
+//    attention, loss, MoE routing), fp32 copies of its bf16 inputs and
+//    outputs, live for that one step: it computes in fp32 and its outputs
+//    are rounded to bf16 once, as a kernel that widens on load and rounds on
+//    store would (kActivations ops, the norms, RoPE, SwiGLU and the add, do
+//    just that on the values themselves);
 //  - for a bf16 matmul's backward, a bf16 copy of the gradient of its output.
 // Gradients of activations are fp32 and accumulate in fp32.
 #pragma once
@@ -122,8 +124,8 @@ class Executor {
   // The inputs of `node` whose gradient its backward is the first to write
   // and can take fresh.
   uint32_t fresh_grad_inputs(const Node& node) const;
-  // Whether `node` runs on bf16 buffers (see above).
-  bool runs_bf16(const Node& node) const;
+  // Which bf16 buffers `node`'s kernels take (see above).
+  Bf16Use bf16_use(const Node& node) const;
   // The buffer a kernel reads for `value`: the value itself, or (bf16 value,
   // fp32 kernel) an fp32 copy appended to `staged`.
   const float* kernel_input(const Tensor& value, bool bf16_kernel, std::vector<Tensor>& staged,

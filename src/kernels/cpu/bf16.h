@@ -98,6 +98,33 @@ void grouped_linear_bf16_backward(const bf16* dout, const bf16* rows, const floa
                                   const bf16* w, int64_t experts, int64_t k, int64_t n,
                                   float* drows, float* dw);
 
+// An activation under bf16 compute: bf16 elements, or fp32 where the
+// program keeps the value in fp32 (a value another op reads in fp32).
+struct ActIn {
+  const void* data;
+  bool bf16;
+};
+struct ActOut {
+  void* data;
+  bool bf16;
+};
+
+// The pointwise ops of kernels.h on such activations, with fp32 weights,
+// statistics and gradients. Each runs the fp32 kernel on chunks of its
+// operands widened in per-thread scratch and rounds its bf16 results once:
+// the bits of widening whole tensors, running the fp32 kernel and rounding
+// (the executor's fp32 staging), on any thread count, without whole-tensor
+// fp32 copies. RoPE's and the add's backwards read no activation.
+void rmsnorm_forward_act(ActIn x, const float* weight, int64_t rows, int64_t dim, float eps,
+                         ActOut out, float* rstd);
+void rmsnorm_backward_act(const float* dout, ActIn x, const float* weight, const float* rstd,
+                          int64_t rows, int64_t dim, float* dx, float* dweight);
+void rope_forward_act(ActIn x, int64_t batch, int64_t seq, int64_t first_position, int64_t heads,
+                      int64_t head_dim, double theta, ActOut out);
+void silu_mul_forward_act(ActIn a, ActIn b, int64_t n, ActOut out);
+void silu_mul_backward_act(const float* dout, ActIn a, ActIn b, int64_t n, float* da, float* db);
+void add_forward_act(ActIn a, ActIn b, int64_t n, ActOut out);
+
 // Measured bf16 dot-product throughput (FLOP/s) over `threads` threads with
 // vdpbf16ps, the best of `runs`; 0 where the CPU lacks avx512_bf16. The
 // peak that bf16 MFU is stated against.

@@ -29,13 +29,15 @@ constexpr int64_t kMr = 12;   // rows of the register tile
 constexpr int64_t kNr = 32;   // columns of the register tile (two zmm)
 constexpr int64_t kKc = 256;  // k values per packed block: a B panel is 16 KiB (L1)
 
-// op(X)[i, j] of a row-major X, transposed when `trans`.
-inline bf16 at(const bf16* x, int64_t ld, bool trans, int64_t i, int64_t j) {
-  return trans ? x[j * ld + i] : x[i * ld + j];
-}
-
 inline uint32_t pair(bf16 lo, bf16 hi) {
   return static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
+}
+
+// x[0] and x[1] as one pair: two adjacent bf16 are already one (little-endian).
+inline uint32_t adjacent_pair(const bf16* x) {
+  uint32_t word;
+  std::memcpy(&word, x, sizeof word);
+  return word;
 }
 
 // Rows [0, m) of op(A), k-values [p0, p0 + kc), as tiles of kMr rows:
@@ -44,40 +46,52 @@ inline uint32_t pair(bf16 lo, bf16 hi) {
 // weight gradient's dy^T, where walking k would stride a whole row).
 void pack_a(const bf16* a, int64_t lda, bool trans, int64_t m, int64_t p0, int64_t kc,
             uint32_t* out) {
-  const int64_t pairs = (kc + 1) / 2;
+  const int64_t pairs = (kc + 1) / 2, whole = kc / 2;  // whole: pairs with both values
   for (int64_t t = 0; t * kMr < m; ++t) {
     uint32_t* tile = out + t * pairs * kMr;
     const int64_t rows = std::min(kMr, m - t * kMr);
     if (rows < kMr) std::memset(tile, 0, sizeof(uint32_t) * pairs * kMr);
     if (trans) {
-      for (int64_t q = 0; q < pairs; ++q) {
+      for (int64_t q = 0; q < whole; ++q) {
         const bf16* lo = a + (p0 + 2 * q) * lda + t * kMr;
-        const bf16* hi = 2 * q + 1 < kc ? lo + lda : nullptr;
-        for (int64_t r = 0; r < rows; ++r) tile[q * kMr + r] = pair(lo[r], hi ? hi[r] : 0);
+        for (int64_t r = 0; r < rows; ++r) tile[q * kMr + r] = pair(lo[r], lo[lda + r]);
+      }
+      if (whole < pairs) {
+        const bf16* lo = a + (p0 + 2 * whole) * lda + t * kMr;
+        for (int64_t r = 0; r < rows; ++r) tile[whole * kMr + r] = pair(lo[r], 0);
       }
     } else {
       for (int64_t r = 0; r < rows; ++r) {
         const bf16* row = a + (t * kMr + r) * lda + p0;
-        for (int64_t q = 0; q < pairs; ++q) {
-          tile[q * kMr + r] = pair(row[2 * q], 2 * q + 1 < kc ? row[2 * q + 1] : 0);
-        }
+        for (int64_t q = 0; q < whole; ++q) tile[q * kMr + r] = adjacent_pair(row + 2 * q);
+        if (whole < pairs) tile[whole * kMr + r] = pair(row[2 * whole], 0);
       }
     }
   }
 }
 
 // Columns [j0, j0 + cols) of op(B), k-values [p0, p0 + kc), as one panel:
-// word (pair q, column c) at q * kNr + c; zero padded to kNr columns.
+// word (pair q, column c) at q * kNr + c; zero padded to kNr columns. Reads
+// run along B's stored rows, as in pack_a.
 void pack_b(const bf16* b, int64_t ldb, bool trans, int64_t j0, int64_t cols, int64_t p0,
             int64_t kc, uint32_t* out) {
-  const int64_t pairs = (kc + 1) / 2;
+  const int64_t pairs = (kc + 1) / 2, whole = kc / 2;
+  if (cols < kNr) std::memset(out, 0, sizeof(uint32_t) * pairs * kNr);
+  if (trans) {  // op(B)[i, j] = b[j, i]: a column of op(B) is a stored row
+    for (int64_t c = 0; c < cols; ++c) {
+      const bf16* col = b + (j0 + c) * ldb + p0;
+      for (int64_t q = 0; q < whole; ++q) out[q * kNr + c] = adjacent_pair(col + 2 * q);
+      if (whole < pairs) out[whole * kNr + c] = pair(col[2 * whole], 0);
+    }
+    return;
+  }
   for (int64_t q = 0; q < pairs; ++q) {
-    const int64_t i = p0 + 2 * q;
-    const bool has_hi = 2 * q + 1 < kc;
-    for (int64_t c = 0; c < kNr; ++c) {
-      const bf16 lo = c < cols ? at(b, ldb, trans, i, j0 + c) : 0;
-      const bf16 hi = c < cols && has_hi ? at(b, ldb, trans, i + 1, j0 + c) : 0;
-      out[q * kNr + c] = pair(lo, hi);
+    const bf16* lo = b + (p0 + 2 * q) * ldb + j0;
+    uint32_t* words = out + q * kNr;
+    if (q < whole) {
+      for (int64_t c = 0; c < cols; ++c) words[c] = pair(lo[c], lo[ldb + c]);
+    } else {
+      for (int64_t c = 0; c < cols; ++c) words[c] = pair(lo[c], 0);
     }
   }
 }
@@ -87,6 +101,14 @@ __attribute__((target("avx512f,avx512bf16"))) void micro_tile(const uint32_t* ap
                                                               const uint32_t* bp, int64_t pairs,
                                                               float* c, int64_t ldc, int64_t rows,
                                                               int64_t cols, bool accumulate) {
+  // C's rows are far apart (ldc) and cold: fetched (for writing) now, they
+  // arrive while the k loop runs instead of stalling the stores after it.
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = c + r * ldc;
+    __builtin_prefetch(row, 1, 3);
+    __builtin_prefetch(row + 16, 1, 3);
+    __builtin_prefetch(row + kNr - 1, 1, 3);  // a third line where the row is unaligned
+  }
   __m512 acc[kMr][2];
 #pragma GCC unroll 12
   for (int r = 0; r < kMr; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
@@ -100,6 +122,22 @@ __attribute__((target("avx512f,avx512bf16"))) void micro_tile(const uint32_t* ap
       acc[r][0] = _mm512_dpbf16_ps(acc[r][0], av, b0);
       acc[r][1] = _mm512_dpbf16_ps(acc[r][1], av, b1);
     }
+  }
+  if (cols == kNr) {
+    // Whole rows: plain loads and stores (masked ones are slower on some CPUs).
+#pragma GCC unroll 12
+    for (int r = 0; r < kMr; ++r) {
+      if (r >= rows) break;
+      float* row = c + r * ldc;
+      __m512 lo = acc[r][0], hi = acc[r][1];
+      if (accumulate) {
+        lo = _mm512_add_ps(_mm512_loadu_ps(row), lo);
+        hi = _mm512_add_ps(_mm512_loadu_ps(row + 16), hi);
+      }
+      _mm512_storeu_ps(row, lo);
+      _mm512_storeu_ps(row + 16, hi);
+    }
+    return;
   }
   const auto mask = [](int64_t n) -> __mmask16 {
     return n >= 16 ? 0xffff : n <= 0 ? 0 : static_cast<__mmask16>((1u << n) - 1);

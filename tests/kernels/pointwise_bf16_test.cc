@@ -1,0 +1,114 @@
+// The pointwise ops on bf16 activations (kernels/cpu/bf16.h) give exactly
+// the bits of the executor's fp32 staging: whole tensors widened, the fp32
+// kernel run on them, its bf16 results rounded once; on 1 and 2 threads, at
+// sizes that span several chunks and end in partial ones.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "kernels/cpu/bf16.h"
+#include "kernels/cpu/kernels.h"
+#include "test_util.h"
+
+namespace remat::cpu {
+namespace {
+
+using testing::random_vector;
+using testing::ThreadsGuard;
+
+std::vector<bf16> narrowed(const std::vector<float>& x) {
+  std::vector<bf16> out(x.size());
+  narrow_to_bf16(x.data(), static_cast<int64_t>(x.size()), out.data());
+  return out;
+}
+
+std::vector<float> widened(const std::vector<bf16>& x) {
+  std::vector<float> out(x.size());
+  widen_from_bf16(x.data(), static_cast<int64_t>(x.size()), out.data());
+  return out;
+}
+
+// Bit patterns, so that -0 and +0 differ.
+std::vector<uint32_t> bits(const std::vector<float>& x) {
+  std::vector<uint32_t> out(x.size());
+  std::memcpy(out.data(), x.data(), x.size() * sizeof(float));
+  return out;
+}
+
+ActIn in(const std::vector<bf16>& x) { return {x.data(), true}; }
+ActIn in(const std::vector<float>& x) { return {x.data(), false}; }
+ActOut out(std::vector<bf16>& y) { return {y.data(), true}; }
+ActOut out(std::vector<float>& y) { return {y.data(), false}; }
+
+TEST(PointwiseBf16, RmsNormIsTheStagedFp32Kernel) {
+  const int64_t rows = 300, dim = 136;  // dim: a scalar tail after 8-wide vectors
+  const std::vector<bf16> x = narrowed(random_vector(rows * dim, 1));
+  const std::vector<float> w = random_vector(dim, 2), dy = random_vector(rows * dim, 3);
+  std::vector<float> y32(rows * dim), rstd32(rows), dx32(rows * dim, 0.5f), dw32(dim, 0.25f);
+  rmsnorm_forward(widened(x).data(), w.data(), rows, dim, 1e-6f, y32.data(), rstd32.data());
+  rmsnorm_backward(dy.data(), widened(x).data(), w.data(), rstd32.data(), rows, dim, dx32.data(),
+                   dw32.data());
+  for (int threads : {1, 2}) {
+    ThreadsGuard guard(threads);
+    std::vector<bf16> y(rows * dim);
+    std::vector<float> rstd(rows), dx(rows * dim, 0.5f), dw(dim, 0.25f);
+    rmsnorm_forward_act(in(x), w.data(), rows, dim, 1e-6f, out(y), rstd.data());
+    rmsnorm_backward_act(dy.data(), in(x), w.data(), rstd.data(), rows, dim, dx.data(), dw.data());
+    EXPECT_EQ(y, narrowed(y32)) << threads;
+    EXPECT_EQ(bits(rstd), bits(rstd32)) << threads;
+    EXPECT_EQ(bits(dx), bits(dx32)) << threads;
+    EXPECT_EQ(bits(dw), bits(dw32)) << threads;
+  }
+}
+
+TEST(PointwiseBf16, RopeIsTheStagedFp32Kernel) {
+  // 4 heads of 16: 256 positions per chunk, so each sequence of 500 spans a
+  // whole chunk and a partial one; positions start at 7.
+  const int64_t batch = 2, seq = 500, heads = 4, head_dim = 16, first = 7;
+  const std::vector<bf16> x = narrowed(random_vector(batch * seq * heads * head_dim, 4));
+  std::vector<float> y32(x.size());
+  rope_forward_from(widened(x).data(), batch, seq, first, heads, head_dim, 10000.0, y32.data());
+  for (int threads : {1, 2}) {
+    ThreadsGuard guard(threads);
+    std::vector<bf16> y(x.size());
+    rope_forward_act(in(x), batch, seq, first, heads, head_dim, 10000.0, out(y));
+    EXPECT_EQ(y, narrowed(y32)) << threads;
+  }
+}
+
+TEST(PointwiseBf16, SwigluAndAddAreTheStagedFp32Kernels) {
+  const int64_t n = 70001;  // several chunks, and a tail shorter than a vector
+  const std::vector<bf16> a = narrowed(random_vector(n, 5)), b = narrowed(random_vector(n, 6));
+  const std::vector<float> dy = random_vector(n, 7);
+  std::vector<float> silu32(n), sum32(n), da32(n, 0.5f), db32(n, 0.25f);
+  silu_mul_forward(widened(a).data(), widened(b).data(), n, silu32.data());
+  silu_mul_backward(dy.data(), widened(a).data(), widened(b).data(), n, da32.data(), db32.data());
+  add_forward(widened(a).data(), widened(b).data(), n, sum32.data());
+  for (int threads : {1, 2}) {
+    ThreadsGuard guard(threads);
+    std::vector<bf16> silu(n), sum(n);
+    std::vector<float> da(n, 0.5f), db(n, 0.25f);
+    silu_mul_forward_act(in(a), in(b), n, out(silu));
+    silu_mul_backward_act(dy.data(), in(a), in(b), n, da.data(), db.data());
+    add_forward_act(in(a), in(b), n, out(sum));
+    EXPECT_EQ(silu, narrowed(silu32)) << threads;
+    EXPECT_EQ(bits(da), bits(da32)) << threads;
+    EXPECT_EQ(bits(db), bits(db32)) << threads;
+    EXPECT_EQ(sum, narrowed(sum32)) << threads;
+  }
+}
+
+// An operand the program keeps in fp32 is read, or written, as fp32.
+TEST(PointwiseBf16, Fp32OperandsStayFp32) {
+  const int64_t n = 40000;
+  const std::vector<float> a = random_vector(n, 8);
+  const std::vector<bf16> b = narrowed(random_vector(n, 9));
+  std::vector<float> sum32(n), sum(n);
+  add_forward(a.data(), widened(b).data(), n, sum32.data());
+  add_forward_act(in(a), in(b), n, out(sum));
+  EXPECT_EQ(bits(sum), bits(sum32));
+}
+
+}  // namespace
+}  // namespace remat::cpu
