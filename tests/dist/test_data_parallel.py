@@ -10,7 +10,8 @@ writes every step's loss and grad_norm to metrics.jsonl (full doubles):
     the same data: loss and grad_norm within 1e-5 relative at every step
     (the sums over the ranks round differently from the single batch);
  2. two identical 2-rank runs: the same bits;
- 3. AC modes none, full, selective 2 and op under 2 ranks: the same bits;
+ 3. AC modes none, full, selective 2, op, memory_budget 0.5 and auto under
+    2 ranks: the same bits;
  4. a 2-rank run resumed from the checkpoint rank 0 saved at step 2: steps
     3 to 5 give the bits of the uninterrupted run;
  5. the PyTorch oracle on the weights rank 0 saved after 3 steps of a 2-rank
@@ -113,7 +114,10 @@ def main():
         check("two identical 2-rank runs: the same bits", again == base)
         for mode, flags in [("none", ["--activation_checkpoint.mode", "none"]),
                             ("full", ["--activation_checkpoint.mode", "full"]),
-                            ("selective 2", ["--activation_checkpoint.selective_ac_option", "2"])]:
+                            ("selective 2", ["--activation_checkpoint.selective_ac_option", "2"]),
+                            ("memory_budget 0.5", ["--activation_checkpoint.mode", "memory_budget",
+                                                   "--activation_checkpoint.memory_budget", "0.5"]),
+                            ("auto", ["--activation_checkpoint.mode", "auto"])]:
             losses, _ = train(remat, tmp, "ac_" + mode.replace(" ", "_"), "llama3_debug.toml",
                               2, 2, flags)
             check(f"AC {mode} vs op under 2 ranks: the same bits", losses == base)

@@ -12,11 +12,14 @@ writes every step's loss and grad_norm to metrics.jsonl (full doubles):
     round differently), and against 1 process x batch 4 within 1e-5 (the
     sums over the ranks round differently from the single batch);
  2. two identical sharded runs: the same bits;
- 3. AC modes none, full, selective 2 and op under shard: the same bits;
- 4. a sharded run resumed from the checkpoint it saved at step 2 (gathered
-    to rank 0, one file): steps 3 to 5 give the bits of the uninterrupted run;
- 5. the PyTorch oracle on the weights rank 0 saved after 3 sharded steps:
-    validation loss within 1e-5;
+ 3. AC modes none, full, selective 2, op, memory_budget 0.5 and auto under
+    shard: the same bits;
+ 4. a sharded run resumed from the checkpoint it saved at step 2 (each rank
+    its shards, checkpoint.format "auto"): steps 3 to 5 give the bits of the
+    uninterrupted run;
+ 5. the PyTorch oracle on the weights rank 0 saved after 3 sharded steps
+    (gathered to one file, checkpoint.format "single_file"): validation loss
+    within 1e-5;
  6. each run checks at its end that the ranks' MoE expert_bias buffers are
     equal (remat fails otherwise);
  7. HSDP, replicate 2 x shard 2 on 4 ranks x batch 1, against 1 process x
@@ -136,7 +139,8 @@ def oracle_on_saved_weights(remat, tmp):
              str(oracle.N_KV_HEADS), "--model.vocab_size", str(oracle.VOCAB),
              "--model.multiple_of", str(oracle.MULTIPLE_OF)]
     train(remat, tmp, "saved", "llama3_debug.toml", 2, 2,
-          [*SHARD, *model, "--training.steps", "3", "--checkpoint.enable", "true"])
+          [*SHARD, *model, "--training.steps", "3", "--checkpoint.enable", "true",
+           "--checkpoint.format", "single_file"])
     weights = os.path.join(tmp, "saved", "checkpoint", "step-3.safetensors")
     check("rank 0 saved the sharded run's weights", os.path.isfile(weights))
     args_json = os.path.join(tmp, "args.json")
@@ -169,7 +173,10 @@ def main():
                             ("selective 2", ["--activation_checkpoint.mode", "selective",
                                              "--activation_checkpoint.selective_ac_option", "2"]),
                             ("op", ["--activation_checkpoint.mode", "selective",
-                                    "--activation_checkpoint.selective_ac_option", "op"])]:
+                                    "--activation_checkpoint.selective_ac_option", "op"]),
+                            ("memory_budget 0.5", ["--activation_checkpoint.mode", "memory_budget",
+                                                   "--activation_checkpoint.memory_budget", "0.5"]),
+                            ("auto", ["--activation_checkpoint.mode", "auto"])]:
             losses, _ = train(remat, tmp, "ac_" + mode.replace(" ", "_"), "llama3_debug.toml",
                               2, 2, SHARD + flags)
             check(f"AC {mode} under shard: the bits of the configured mode", losses == base)
@@ -180,7 +187,7 @@ def main():
                "--training.steps", "2"])
         resumed, _ = train(remat, tmp, "resumed", "llama3_debug.toml", 2, 2, [
             *SHARD,
-            "--checkpoint.load", os.path.join(tmp, "resumed", "checkpoint", "step-2.safetensors")])
+            "--checkpoint.load", os.path.join(tmp, "resumed", "checkpoint", "step-2")])
         check("sharded resume at step 2: steps 1-5 as in the uninterrupted run", resumed == base,
               f"{resumed} vs {base}")
 
