@@ -11,7 +11,10 @@
 // sum post-op), as the engine's do. remat's side is the engine's own call
 // (linear_bf16_forward / linear_bf16_backward: B prepared per call, fixed row
 // chunks over the threads); the libraries' set-up (oneDNN's primitive) is
-// made once, outside the timing, as a cache in the engine would.
+// made once, outside the timing, as a cache in the engine would. oneDNN runs
+// twice: one matmul on its own threads, and in the engine's fixed row chunks
+// (one matmul per chunk on one thread, what bits independent of the thread
+// count would need).
 //
 // Interleaved rounds (one call of each implementation per round, in turn),
 // so a neighbour's load hits all of them alike; GFLOP/s median and upper
@@ -27,11 +30,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "kernels/cpu/bf16.h"
+#include "kernels/cpu/internal.h"
 #include "kernels/cpu/kernels.h"
 
 #ifdef REMAT_HAVE_DNNL
@@ -105,15 +110,24 @@ struct Dnnl {
   dnnl::stream stream{engine};
 };
 
-std::function<void()> dnnl_call(Dnnl& d, const Problem& p, Operands& o, std::string& impl) {
+// One matmul on rows [r0, r1) of C: its primitive and memory objects.
+struct DnnlChunk {
+  std::shared_ptr<dnnl::matmul> prim;
+  std::shared_ptr<dnnl::memory> a, b, c;
+  std::shared_ptr<dnnl::stream> stream;
+};
+
+DnnlChunk dnnl_chunk(Dnnl& d, const Problem& p, Operands& o, int64_t r0, int64_t r1,
+                     std::string& impl) {
   using dnnl::memory;
   const Layout& l = p.layout;
+  const int64_t rows = r1 - r0;
   // Row-major op(A): stored [m, k], or [k, m] and read transposed (strides).
   const memory::dims a_strides = l.trans_a ? memory::dims{1, p.m} : memory::dims{p.k, 1};
   const memory::dims b_strides = l.trans_b ? memory::dims{1, p.k} : memory::dims{p.n, 1};
-  const memory::desc a_md({p.m, p.k}, memory::data_type::bf16, a_strides);
+  const memory::desc a_md({rows, p.k}, memory::data_type::bf16, a_strides);
   const memory::desc b_md({p.k, p.n}, memory::data_type::bf16, b_strides);
-  const memory::desc c_md({p.m, p.n}, memory::data_type::f32, memory::dims{p.n, 1});
+  const memory::desc c_md({rows, p.n}, memory::data_type::f32, memory::dims{p.n, 1});
   dnnl::primitive_attr attr;
   if (l.beta != 0.0f) {
     dnnl::post_ops ops;
@@ -122,13 +136,37 @@ std::function<void()> dnnl_call(Dnnl& d, const Problem& p, Operands& o, std::str
   }
   const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), attr, d.engine);
   impl = pd.impl_info_str();
-  auto prim = std::make_shared<dnnl::matmul>(pd);
-  auto a = std::make_shared<memory>(a_md, d.engine, o.a.data());
-  auto b = std::make_shared<memory>(b_md, d.engine, o.b.data());
-  auto c = std::make_shared<memory>(c_md, d.engine, o.c.data());
-  return [&d, prim, a, b, c] {
-    prim->execute(d.stream, {{DNNL_ARG_SRC, *a}, {DNNL_ARG_WEIGHTS, *b}, {DNNL_ARG_DST, *c}});
-    d.stream.wait();
+  bf16* a = o.a.data() + (l.trans_a ? r0 : r0 * p.k);
+  return {std::make_shared<dnnl::matmul>(pd), std::make_shared<memory>(a_md, d.engine, a),
+          std::make_shared<memory>(b_md, d.engine, o.b.data()),
+          std::make_shared<memory>(c_md, d.engine, o.c.data() + r0 * p.n),
+          std::make_shared<dnnl::stream>(d.engine)};
+}
+
+void execute(const DnnlChunk& c) {
+  c.prim->execute(*c.stream,
+                  {{DNNL_ARG_SRC, *c.a}, {DNNL_ARG_WEIGHTS, *c.b}, {DNNL_ARG_DST, *c.c}});
+  c.stream->wait();
+}
+
+// The whole product as one matmul on oneDNN's own threads.
+std::function<void()> dnnl_call(Dnnl& d, const Problem& p, Operands& o, std::string& impl) {
+  return [c = dnnl_chunk(d, p, o, 0, p.m, impl)] { execute(c); };
+}
+
+// As the engine runs its GEMMs for bits that never depend on the thread
+// count: C's rows in the fixed chunks of detail::split_rows, each chunk one
+// matmul on one thread (oneDNN runs sequentially inside an OpenMP team).
+std::function<void()> dnnl_chunked_call(Dnnl& d, const Problem& p, Operands& o) {
+  std::vector<DnnlChunk> chunks;
+  const int64_t rows = remat::cpu::detail::chunk_rows(p.m);
+  std::string impl;
+  for (int64_t r0 = 0; r0 < p.m; r0 += rows) {
+    chunks.push_back(dnnl_chunk(d, p, o, r0, std::min(p.m, r0 + rows), impl));
+  }
+  return [chunks] {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < chunks.size(); ++i) execute(chunks[i]);
   };
 }
 #endif
@@ -258,6 +296,7 @@ int main(int argc, char** argv) {
     std::string impl;
     auto call = dnnl_call(dnnl, p, o, impl);
     contenders.push_back({"oneDNN (" + impl + ")", call, {}});
+    contenders.push_back({"oneDNN, remat's row chunks", dnnl_chunked_call(dnnl, p, o), {}});
 #endif
 #ifdef REMAT_HAVE_LIBXSMM
     contenders.push_back({"libxsmm xgemm_omp", libxsmm_call(p, o), {}});
