@@ -15,11 +15,12 @@ FUZZ_SECONDS ?= 15
 # clang-format-14: the format check of the tests and `make format`;
 # libpcre2-dev: tokenizer.json regexes; python3-regex: the test's own byte-level BPE;
 # libjemalloc2: the allocator of bench/compare_pytorch.py's tuned PyTorch baseline;
+# libdnnl-dev, libxsmm-dev: the bf16 GEMMs bench/bf16_gemm_libraries.cc measures remat's against;
 # g++ brings libasan and libubsan for `make asan`).
 DEBIAN_PACKAGES := cmake ninja-build g++ pkg-config libopenblas-dev libtomlplusplus-dev \
 	nlohmann-json3-dev libgtest-dev libomp-dev python3-torch python3-numpy fortunes \
 	clang-14 libclang-rt-14-dev clang-format-14 libsentencepiece-dev python3-sentencepiece \
-	libpcre2-dev python3-regex libopenmpi-dev openmpi-bin libjemalloc2
+	libpcre2-dev python3-regex libopenmpi-dev openmpi-bin libjemalloc2 libdnnl-dev libxsmm-dev
 # The sanitizers stop at the first report (the build also says
 # -fno-sanitize-recover) and LeakSanitizer runs at exit.
 SANITIZER_ENV := ASAN_OPTIONS=detect_leaks=1:detect_stack_use_after_return=1:check_initialization_order=1:strict_init_order=1 \

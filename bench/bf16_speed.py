@@ -6,7 +6,10 @@ bf16 on the fallback path (bf16 storage, fp32 sgemm), interleaved over
 --rounds rounds; reports the median and upper decile of tokens/s (the host's
 other tenants only ever slow steps down), the ratio to fp32, MFU as remat
 prints it (bf16 against the measured bf16 dot-product peak) and the
-allocator's peak. Also runs build/gemm_rates, the GEMM rates at the model's
+allocator's peak. Two more rows emulate an AVX2-only machine on this one
+(REMAT_MAX_ISA=avx2 and OPENBLAS_CORETYPE=Haswell: AVX2 kernels everywhere,
+so bf16 takes its fallback): fp32 against bf16 there, each bf16 row compared
+with the fp32 row of its own ISA. Also runs build/gemm_rates, the GEMM rates at the model's
 shapes. With --write, replaces the "bf16" section of BENCHMARKS.md.
 
 Usage: /usr/bin/python3 bench/bf16_speed.py [--remat build/remat] [--steps 3]
@@ -32,14 +35,21 @@ def has_avx512_bf16():
     return "avx512_bf16" in open("/proc/cpuinfo").read()
 
 
-def train(remat, precision, kernel, steps, tmp):
+# An AVX2-only machine as far as remat and OpenBLAS can tell (README "bf16").
+AVX2 = {"REMAT_MAX_ISA": "avx2", "OPENBLAS_CORETYPE": "Haswell"}
+
+
+def train(remat, precision, kernel, avx2, steps, tmp):
     metrics = os.path.join(tmp, "m.jsonl")
     if os.path.exists(metrics):
         os.remove(metrics)
     env = dict(os.environ)
-    env.pop("REMAT_BF16_KERNEL", None)
+    for key in ["REMAT_BF16_KERNEL", *AVX2]:
+        env.pop(key, None)
     if kernel:
         env["REMAT_BF16_KERNEL"] = kernel
+    if avx2:
+        env.update(AVX2)
     subprocess.run([remat, "train", *WIDE, "--training.mixed_precision_param", precision,
                     "--training.steps", str(steps + 1), "--metrics.log_freq", "1",
                     "--metrics.jsonl_path", metrics, "--job.dump_folder", tmp],
@@ -56,18 +66,24 @@ def main():
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args()
     load = os.getloadavg()[0]
-    setups = [("fp32", "float32", None)]
+    # (name, precision, kernel, AVX2 emulation, the fp32 row it is compared with)
+    setups = [("fp32", "float32", None, False, "fp32")]
     if has_avx512_bf16():
-        setups.append(("bf16, native AVX512-BF16 GEMM", "bfloat16", "native"))
-    setups.append(("bf16, fallback (fp32 sgemm)", "bfloat16", "fallback"))
-    rows = {name: [] for name, _, _ in setups}
+        setups.append(("bf16, native AVX512-BF16 GEMM", "bfloat16", "native", False, "fp32"))
+    setups.append(("bf16, fallback (fp32 sgemm)", "bfloat16", "fallback", False, "fp32"))
+    setups.append(("fp32, AVX2 kernels", "float32", None, True, "fp32, AVX2 kernels"))
+    setups.append(("bf16, AVX2 kernels (fallback)", "bfloat16", None, True,
+                   "fp32, AVX2 kernels"))
+    rows = {name: [] for name, *_ in setups}
     with tempfile.TemporaryDirectory() as tmp:
         for _ in range(args.rounds):
-            for name, precision, kernel in setups:
-                rows[name] += train(args.remat, precision, kernel, args.steps, tmp)
+            for name, precision, kernel, avx2, _ in setups:
+                rows[name] += train(args.remat, precision, kernel, avx2, args.steps, tmp)
                 print(name, [round(r["tps"]) for r in rows[name]], flush=True)
-    gemm = subprocess.run([os.path.join(os.path.dirname(args.remat), "gemm_rates"), "2"],
-                          capture_output=True, text=True).stdout.strip()
+    gemm_rates = [os.path.join(os.path.dirname(args.remat), "gemm_rates"), "2"]
+    gemm = subprocess.run(gemm_rates, capture_output=True, text=True, check=True).stdout.strip()
+    gemm_avx2 = subprocess.run(gemm_rates, capture_output=True, text=True, check=True,
+                               env=dict(os.environ, **AVX2)).stdout.strip()
     begin, end = markers("bf16")
     out = [begin, "## bf16 mixed precision against fp32", "",
            f"Command: `/usr/bin/python3 bench/bf16_speed.py --write` on {machine()}, "
@@ -75,12 +91,14 @@ def main():
            f"load average {load:.1f} at the start. Wide model (dim 1024, 8 layers, batch 2 x seq "
            f"1024), AC none; {args.steps} steps after 1 warm-up x {args.rounds} interleaved "
            "rounds. MFU as the log line prints it (bf16: against the measured bf16 "
-           "dot-product peak).", "",
+           "dot-product peak). The AVX2 rows run with REMAT_MAX_ISA=avx2 and "
+           "OPENBLAS_CORETYPE=Haswell (an AVX2-only machine emulated) and compare with "
+           "fp32 on AVX2 kernels.", "",
            "| set-up | median tokens/s | upper decile | vs fp32 (median) | vs fp32 (upper "
            "decile) | MFU | peak MiB |", "|---|---:|---:|---:|---:|---:|---:|"]
-    base = statistics.median(r["tps"] for r in rows["fp32"])
-    base_top = statistics.quantiles([r["tps"] for r in rows["fp32"]], n=10)[-1]
-    for name, _, _ in setups:
+    for name, _, _, _, fp32 in setups:
+        base = statistics.median(r["tps"] for r in rows[fp32])
+        base_top = statistics.quantiles([r["tps"] for r in rows[fp32]], n=10)[-1]
         tps = [r["tps"] for r in rows[name]]
         med, top = statistics.median(tps), statistics.quantiles(tps, n=10)[-1]
         mfu = statistics.median(r["mfu"] for r in rows[name])
@@ -88,7 +106,8 @@ def main():
         out.append(f"| {name} | {med:,.0f} | {top:,.0f} | {med / base:.2f}x | "
                    f"{top / base_top:.2f}x | {100 * mfu:.0f}% | {peak / 2**20:,.0f} |")
     out += ["", "`build/gemm_rates 2` (GFLOP/s at the model's shapes, same run):", "", "```",
-            gemm, "```", "", end]
+            gemm, "```", "", "The same with `REMAT_MAX_ISA=avx2 OPENBLAS_CORETYPE=Haswell`:",
+            "", "```", gemm_avx2, "```", "", end]
     text = "\n".join(out)
     print(text)
     if args.write:

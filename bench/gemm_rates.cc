@@ -1,10 +1,13 @@
 // GEMM rates at the wide model's shapes: the engine's fp32 linear layers
-// (OpenBLAS sgemm in fixed row chunks) against its bf16 ones (gemm_bf16 on
-// the implementation this process chose: REMAT_BF16_KERNEL=native|fallback
-// forces one). Rows = batch 4 x seq 1024; dim 1024, FFN hidden 2816.
+// (OpenBLAS sgemm in fixed row chunks) against the ones it runs in bf16 on
+// the implementation this process chose (REMAT_BF16_KERNEL=native|fallback
+// forces one): the native linear_bf16_* on bf16 operands, or the fallback's
+// linear_act_* on bf16 activations with fp32 weights and dy. Rows = batch 4
+// x seq 1024; dim 1024, FFN hidden 2816.
 //
 //   ninja -C build gemm_rates && build/gemm_rates [threads]
 //   REMAT_BF16_KERNEL=fallback build/gemm_rates [threads]
+//   REMAT_MAX_ISA=avx2 OPENBLAS_CORETYPE=Haswell build/gemm_rates [threads]  (an AVX2 CPU)
 //
 // Prints GFLOP/s per shape and pass (forward y, backward dx, backward dw),
 // best of 3 timings, and the FLOP-weighted rate over one block's matmuls.
@@ -77,14 +80,21 @@ int main(int argc, char** argv) {
     const auto dy16 = filled<bf16>(m * s.n, 3, remat::cpu::to_bf16);
     std::vector<float> y(m * s.n), dx(m * s.k), dw(s.n * s.k);
     std::vector<bf16> y16(m * s.n);
+    const bool native = remat::cpu::bf16_gemm() == remat::cpu::Bf16Gemm::kNative;
+    const remat::cpu::ActIn x_act{x16.data(), true};
     const struct {
       const char* pass;
       std::function<void()> fp32, bf16;
     } passes[] = {
         {"y", [&] { remat::cpu::linear_forward(x32.data(), w32.data(), m, s.k, s.n, y.data()); },
          [&] {
-           remat::cpu::linear_bf16_forward(x16.data(), w16.data(), false, m, s.k, s.n, y16.data(),
-                                           true);
+           if (native) {
+             remat::cpu::linear_bf16_forward(x16.data(), w16.data(), false, m, s.k, s.n, y16.data(),
+                                             true);
+           } else {
+             remat::cpu::linear_act_forward(x_act, w32.data(), false, m, s.k, s.n,
+                                            {y16.data(), true});
+           }
          }},
         {"dx",
          [&] {
@@ -92,8 +102,13 @@ int main(int argc, char** argv) {
                                        nullptr);
          },
          [&] {
-           remat::cpu::linear_bf16_backward(dy16.data(), x16.data(), w16.data(), false, m, s.k, s.n,
-                                            dx.data(), nullptr);
+           if (native) {
+             remat::cpu::linear_bf16_backward(dy16.data(), x16.data(), w16.data(), false, m, s.k,
+                                              s.n, dx.data(), nullptr);
+           } else {
+             remat::cpu::linear_act_backward(dy32.data(), x_act, w32.data(), false, m, s.k, s.n,
+                                             dx.data(), nullptr, 0);
+           }
          }},
         {"dw",
          [&] {
@@ -101,8 +116,13 @@ int main(int argc, char** argv) {
                                        dw.data());
          },
          [&] {
-           remat::cpu::linear_bf16_backward(dy16.data(), x16.data(), w16.data(), false, m, s.k, s.n,
-                                            nullptr, dw.data());
+           if (native) {
+             remat::cpu::linear_bf16_backward(dy16.data(), x16.data(), w16.data(), false, m, s.k,
+                                              s.n, nullptr, dw.data());
+           } else {
+             remat::cpu::linear_act_backward(dy32.data(), x_act, w32.data(), false, m, s.k, s.n,
+                                             nullptr, dw.data(), 0);
+           }
          }},
     };
     const double flops = 2.0 * static_cast<double>(m * s.k * s.n);

@@ -44,13 +44,16 @@ class CpuBackend final : public Backend {
       copy(src, dst);
     }
   }
-  // The matmuls: bf16 operands, fp32 accumulation; the pointwise ops read
-  // and write bf16 activations, computing in fp32 (kernels/cpu/bf16.h).
+  // The matmuls: bf16 operands and fp32 accumulation on the native bf16
+  // GEMM; on the fallback, whose GEMM computes in fp32, bf16 activations with
+  // the fp32 master weights and dy as they are (no copies rounded to bf16
+  // only to be widened back). The pointwise ops read and write bf16
+  // activations, computing in fp32 (kernels/cpu/bf16.h).
   Bf16Use bf16_use(OpKind kind) const override {
     switch (kind) {
       case OpKind::kLinear:
       case OpKind::kGroupedLinear:
-        return Bf16Use::kAll;
+        return cpu::bf16_gemm() == cpu::Bf16Gemm::kNative ? Bf16Use::kAll : Bf16Use::kActivations;
       case OpKind::kRmsNorm:
       case OpKind::kRope:
       case OpKind::kSiluMul:

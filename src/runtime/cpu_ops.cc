@@ -92,6 +92,9 @@ constexpr CpuKernels kCpuKernels[] = {
        if (bf16_call(b)) {
          cpu::linear_bf16_forward(bf16_in(b.inputs[0]), bf16_in(b.params[0]), a.weight_in_out, a.m,
                                   a.k, a.n, b.outputs[0], bf16_output(b, 0));
+       } else if (bf16_values(b)) {
+         cpu::linear_act_forward(act_in(b, 0), b.params[0], a.weight_in_out, a.m, a.k, a.n,
+                                 act_out(b, 0));
        } else if (a.weight_in_out) {
          cpu::linear_in_out_forward(b.inputs[0], b.params[0], a.m, a.k, a.n, b.outputs[0]);
        } else {
@@ -105,6 +108,10 @@ constexpr CpuKernels kCpuKernels[] = {
          cpu::linear_bf16_backward(bf16_in(b.grad_output), bf16_in(b.inputs[0]),
                                    bf16_in(b.params[0]), a.weight_in_out, a.m, a.k, a.n,
                                    b.grad_inputs[0], b.grad_params[0]);
+       } else if (bf16_values(b)) {
+         cpu::linear_act_backward(b.grad_output, act_in(b, 0), b.params[0], a.weight_in_out, a.m,
+                                  a.k, a.n, b.grad_inputs[0], b.grad_params[0],
+                                  b.fresh_grad_inputs);
        } else if (a.weight_in_out) {
          cpu::linear_in_out_backward(b.grad_output, b.inputs[0], b.params[0], a.m, a.k, a.n,
                                      b.grad_inputs[0], b.grad_params[0], b.fresh_grad_inputs);
@@ -224,6 +231,9 @@ constexpr CpuKernels kCpuKernels[] = {
          cpu::grouped_linear_bf16_forward(bf16_in(b.inputs[0]), b.inputs[1], bf16_in(b.params[0]),
                                           a.experts, a.k, a.n,
                                           reinterpret_cast<cpu::bf16*>(b.outputs[0]));
+       } else if (bf16_values(b)) {
+         cpu::grouped_linear_act_forward(bf16_in(b.inputs[0]), b.inputs[1], b.params[0], a.experts,
+                                         a.k, a.n, reinterpret_cast<cpu::bf16*>(b.outputs[0]));
        } else {
          cpu::grouped_linear_forward(b.inputs[0], b.inputs[1], b.params[0], a.experts, a.m, a.k,
                                      a.n, b.outputs[0]);
@@ -236,6 +246,10 @@ constexpr CpuKernels kCpuKernels[] = {
          cpu::grouped_linear_bf16_backward(bf16_in(b.grad_output), bf16_in(b.inputs[0]),
                                            b.inputs[1], bf16_in(b.params[0]), a.experts, a.k, a.n,
                                            b.grad_inputs[0], b.grad_params[0]);
+       } else if (bf16_values(b)) {
+         cpu::grouped_linear_act_backward(b.grad_output, bf16_in(b.inputs[0]), b.inputs[1],
+                                          b.params[0], a.experts, a.k, a.n, b.grad_inputs[0],
+                                          b.grad_params[0], b.fresh_grad_inputs & 0b1);
        } else {
          cpu::grouped_linear_backward(b.grad_output, b.inputs[0], b.inputs[1], b.params[0],
                                       a.experts, a.m, a.k, a.n, b.grad_inputs[0], b.grad_params[0],

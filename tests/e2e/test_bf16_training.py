@@ -15,10 +15,14 @@ avx512_bf16, else said skipped):
     that stay, rstd and lse, are a few percent of them).
 And a REMAT_BF16_KERNEL the process cannot honour is a clear error, exit 2,
 as is a memory budget (mode memory_budget or auto) in bf16, which the
-budget solver cannot yet bound to the true peak.
+budget solver cannot yet bound to the true peak. The ISA cap
+(REMAT_MAX_ISA=avx2, an AVX2-only machine emulated) takes the fallback,
+refuses native, refuses a value other than avx2 and refuses to run while
+OpenBLAS runs AVX-512 kernels (OPENBLAS_CORETYPE not capped as well).
 
 Usage: test_bf16_training.py <path-to-remat>
 """
+import ctypes
 import json
 import os
 import subprocess
@@ -55,12 +59,17 @@ def has_avx512_bf16():
         return "avx512_bf16" in f.read()
 
 
-def train(config, args, tmp, name, kernel=None, steps=3):
-    out = Path(tmp) / (name.replace(" ", "_") + ".jsonl")
+def kernel_env(kernel):
     env = dict(os.environ)
     env.pop("REMAT_BF16_KERNEL", None)
     if kernel:
         env["REMAT_BF16_KERNEL"] = kernel
+    return env
+
+
+def train(config, args, tmp, name, kernel=None, steps=3):
+    out = Path(tmp) / (name.replace(" ", "_") + ".jsonl")
+    env = kernel_env(kernel)
     cmd = [REMAT, "train", "--config", config, *SHAPE, "--training.steps", str(steps), *args,
            "--metrics.jsonl_path", str(out), "--job.dump_folder", tmp]
     result = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO)
@@ -101,9 +110,11 @@ def check_against_fp32(model, config, bf16_rows, tmp, failures):
         failures.append(f"{model}: bf16 losses {bf16_rows} differ from fp32 {fp32} by > 2%")
 
 
-def check_plan(model, config, tmp, failures):
+def check_plan(model, config, kernel, tmp, failures):
+    """The plan on each kernel path: they book different copies (the native
+    GEMM's bf16 weights and dy; none on the fallback, which reads fp32)."""
     plan = subprocess.run([REMAT, "plan", "--config", config, *SHAPE, *BF16, "--json"],
-                          capture_output=True, text=True, cwd=REPO)
+                          capture_output=True, text=True, cwd=REPO, env=kernel_env(kernel))
     if plan.returncode != 0:
         failures.append(f"{model}: remat plan failed: {plan.stderr}")
         return
@@ -112,20 +123,59 @@ def check_plan(model, config, tmp, failures):
         args = MODES.get(row["name"])
         if args is None:
             continue  # "op configured" repeats one of the others
-        measured = train(config, BF16 + args, tmp, f"{model} plan {row['name']}", steps=1)[0][-1]
+        measured = train(config, BF16 + args, tmp, f"{model} plan {kernel} {row['name']}",
+                         kernel, steps=1)[0][-1]
         for key_plan, key_run in (("peak_bytes", "peak_bytes"),
                                   ("kept_activation_bytes", "max_activation_bytes")):
             want, got = row[key_plan], measured[key_run]
-            print(f"{model} bf16 {row['name']:18s} {key_plan:22s} predicted {want:>11,d}  "
-                  f"measured {got:>11,d}  {'exact' if want == got else 'OFF'}")
+            print(f"{model} bf16 [{kernel}] {row['name']:18s} {key_plan:22s} predicted "
+                  f"{want:>11,d}  measured {got:>11,d}  {'exact' if want == got else 'OFF'}")
             if want != got:
-                failures.append(f"{model} bf16 {row['name']} {key_plan}: {want} vs {got}")
+                failures.append(f"{model} bf16 [{kernel}] {row['name']} {key_plan}: {want} vs "
+                                f"{got}")
         kept[row["name"]] = measured["max_activation_bytes"]
     fp32 = train(config, MODES["none"], tmp, f"{model} fp32 kept", steps=1)[0][-1]
     ratio = kept["none"] / fp32["max_activation_bytes"]
     print(f"{model}: kept activations bf16 / fp32 = {ratio:.4f} (AC none)")
     if not 0.5 <= ratio <= 0.55:
         failures.append(f"{model}: bf16 keeps {ratio:.4f} of the fp32 activation bytes")
+
+
+def openblas_core():
+    """The kernels this machine's OpenBLAS picks when it loads (as in remat)."""
+    blas = ctypes.CDLL("libopenblas.so.0")
+    blas.openblas_get_corename.restype = ctypes.c_char_p
+    return blas.openblas_get_corename().decode()
+
+
+def check_isa_cap(tmp, failures):
+    def run(env_extra):
+        env = dict(os.environ, **env_extra)
+        for key in ("REMAT_BF16_KERNEL", "OPENBLAS_CORETYPE"):
+            if key not in env_extra:
+                env.pop(key, None)
+        return subprocess.run([REMAT, "train", "--config", MODELS["llama3 debug"], *SHAPE, *BF16,
+                               "--training.steps", "1", "--job.dump_folder", tmp],
+                              capture_output=True, text=True, env=env, cwd=REPO)
+
+    avx2 = {"REMAT_MAX_ISA": "avx2", "OPENBLAS_CORETYPE": "Haswell"}
+    capped = run(avx2)
+    line = [l for l in capped.stdout.splitlines() if l.startswith("mixed precision")]
+    print(f"REMAT_MAX_ISA=avx2 OPENBLAS_CORETYPE=Haswell: exit {capped.returncode}, {line}")
+    if capped.returncode != 0 or not line or not line[0].endswith("fp32 fallback"):
+        failures.append(f"ISA cap: exit {capped.returncode}, {line}, {capped.stderr!r}")
+    cases = [({**avx2, "REMAT_BF16_KERNEL": "native"}, "REMAT_MAX_ISA"),
+             ({"REMAT_MAX_ISA": "avx512"}, "REMAT_MAX_ISA")]
+    core = openblas_core()
+    if core.lower() in ("skylakex", "cooperlake", "sapphirerapids"):
+        cases.append(({"REMAT_MAX_ISA": "avx2"}, "OPENBLAS_CORETYPE=Haswell"))
+    else:
+        print(f"SKIP ISA cap against OpenBLAS's own choice: it picks {core}, not AVX-512")
+    for env_extra, expected in cases:
+        bad = run(env_extra)
+        print(f"{env_extra}: exit {bad.returncode}: {bad.stderr.strip()}")
+        if bad.returncode != 2 or expected not in bad.stderr:
+            failures.append(f"ISA cap {env_extra}: exit {bad.returncode}, {bad.stderr!r}")
 
 
 def main():
@@ -141,7 +191,9 @@ def main():
             for kernel in kernels:
                 reference = check_bit_identity(model, config, kernel, tmp, failures)
             check_against_fp32(model, config, reference, tmp, failures)
-            check_plan(model, config, tmp, failures)
+            for kernel in kernels:
+                check_plan(model, config, kernel, tmp, failures)
+        check_isa_cap(tmp, failures)
         env = dict(os.environ, REMAT_BF16_KERNEL="avx9000")
         bad = subprocess.run([REMAT, "train", "--config", MODELS["llama3 debug"], *SHAPE, *BF16,
                               "--training.steps", "1", "--job.dump_folder", tmp],

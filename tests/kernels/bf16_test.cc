@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/kernels.h"
 #include "test_util.h"
 
 namespace remat::cpu {
@@ -149,6 +150,71 @@ TEST(Bf16Linear, ForwardRoundsTheFp32ResultOnce) {
   linear_bf16_forward(x.data(), w.data(), false, m, k, n, y32.data(), false);
   linear_bf16_forward(x.data(), w.data(), false, m, k, n, y16.data(), true);
   for (int64_t i = 0; i < m * n; ++i) ASSERT_EQ(y16[i], to_bf16(y32[i])) << i;
+}
+
+// The fallback's linears on bf16 activations with fp32 weights and dy are
+// the fp32 linears (kernels.h) on the widened activation, bit for bit: y (in
+// fp32, or rounded once), a fresh dx overwritten and an accumulated dx, dw
+// accumulated; both weight layouts, at 1 and 3 threads.
+TEST(Bf16Linear, ActivationLinearsAreTheFp32OnesOnWidenedRows) {
+  const int64_t m = 700, k = 96, n = 80;
+  const std::vector<bf16> x = random_bf16(m * k, 9);
+  const std::vector<float> w = random_vector(n * k, 10), dy = random_vector(m * n, 11);
+  std::vector<float> x32(m * k);
+  widen_from_bf16(x.data(), m * k, x32.data());
+  for (int threads : {1, 3}) {
+    ThreadsGuard guard(threads);
+    for (bool in_out : {false, true}) {
+      for (uint32_t fresh : {0u, 1u}) {
+        std::vector<float> y(m * n), dx(m * k, fresh ? NAN : 0.5f), dw(n * k, 0.25f);
+        std::vector<float> y_ref(m * n), dx_ref(m * k, 0.5f), dw_ref(n * k, 0.25f);
+        std::vector<bf16> y16(m * n);
+        linear_act_forward({x.data(), true}, w.data(), in_out, m, k, n, {y.data(), false});
+        linear_act_forward({x.data(), true}, w.data(), in_out, m, k, n, {y16.data(), true});
+        linear_act_backward(dy.data(), {x.data(), true}, w.data(), in_out, m, k, n, dx.data(),
+                            dw.data(), fresh);
+        if (in_out) {
+          linear_in_out_forward(x32.data(), w.data(), m, k, n, y_ref.data());
+          linear_in_out_backward(dy.data(), x32.data(), w.data(), m, k, n, dx_ref.data(),
+                                 dw_ref.data(), fresh);
+        } else {
+          linear_forward(x32.data(), w.data(), m, k, n, y_ref.data());
+          linear_backward(dy.data(), x32.data(), w.data(), m, k, n, dx_ref.data(), dw_ref.data(),
+                          fresh);
+        }
+        const std::string where = "threads " + std::to_string(threads) + " in_out " +
+                                  std::to_string(in_out) + " fresh " + std::to_string(fresh);
+        EXPECT_EQ(y, y_ref) << where;
+        for (int64_t i = 0; i < m * n; ++i) ASSERT_EQ(y16[i], to_bf16(y_ref[i])) << where << i;
+        EXPECT_EQ(dx, dx_ref) << where;
+        EXPECT_EQ(dw, dw_ref) << where;
+      }
+    }
+  }
+}
+
+// Grouped: each expert's segment is that linear (in, out) on its rows.
+TEST(Bf16Linear, GroupedActivationLinearIsPerSegment) {
+  const int64_t rows = 300, k = 40, n = 56, experts = 3;
+  const std::vector<float> offsets = {0, 120, 120, 300};  // an empty expert too
+  const std::vector<bf16> x = random_bf16(rows * k, 12);
+  const std::vector<float> w = random_vector(experts * k * n, 13), dy = random_vector(rows * n, 14);
+  std::vector<bf16> out(rows * n), out_ref(rows * n);
+  std::vector<float> dx(rows * k, NAN), dw(experts * k * n, 0.5f);
+  std::vector<float> dx_ref(rows * k, 0.0f), dw_ref(experts * k * n, 0.5f);
+  grouped_linear_act_forward(x.data(), offsets.data(), w.data(), experts, k, n, out.data());
+  grouped_linear_act_backward(dy.data(), x.data(), offsets.data(), w.data(), experts, k, n,
+                              dx.data(), dw.data(), /*fresh=*/1);
+  for (int64_t e = 0; e < experts; ++e) {
+    const auto b = static_cast<int64_t>(offsets[e]), m = static_cast<int64_t>(offsets[e + 1]) - b;
+    linear_act_forward({x.data() + b * k, true}, w.data() + e * k * n, true, m, k, n,
+                       {out_ref.data() + b * n, true});
+    linear_act_backward(dy.data() + b * n, {x.data() + b * k, true}, w.data() + e * k * n, true, m,
+                        k, n, dx_ref.data() + b * k, dw_ref.data() + e * k * n, 0);
+  }
+  EXPECT_EQ(out, out_ref);
+  EXPECT_EQ(dx, dx_ref);
+  EXPECT_EQ(dw, dw_ref);
 }
 
 }  // namespace

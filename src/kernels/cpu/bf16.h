@@ -15,6 +15,8 @@
 //  - fallback: the operands widened to fp32 (exactly) and OpenBLAS sgemm.
 // REMAT_BF16_KERNEL=native|fallback forces one (native on a CPU without
 // avx512_bf16 is an error); otherwise native where the CPU has avx512_bf16.
+// The engine's linear layers run the native path on bf16 weights and dy
+// (linear_bf16_*), the fallback on fp32 ones (linear_act_*, below).
 // Either is deterministic: each output element is summed over k in a fixed
 // order that depends only on the shape, never on the thread count. The two
 // paths round differently from each other (vdpbf16ps adds products in pairs
@@ -51,7 +53,8 @@ enum class Bf16Gemm { kNative, kFallback };
 // InputError for a REMAT_BF16_KERNEL it cannot honour.
 Bf16Gemm bf16_gemm();
 const char* to_string(Bf16Gemm gemm);
-// Whether this CPU has the avx512_bf16 instructions the native path needs.
+// Whether this CPU has the avx512_bf16 instructions the native path needs
+// (false under REMAT_MAX_ISA=avx2, kernels.h).
 bool cpu_has_avx512_bf16();
 
 // Row-major C[M, N] = beta * C + op(A)[M, K] @ op(B)[K, N], beta 0 or 1, on
@@ -108,6 +111,26 @@ struct ActOut {
   void* data;
   bool bf16;
 };
+
+// The linear layers of kernels.h on such activations with fp32 weights and
+// fp32 output gradients, computed in fp32: what the engine runs where the
+// matmuls compute in fp32 anyway (Bf16Gemm::kFallback). Rounding the fp32
+// master weight and dy to bf16 only to widen them back per GEMM would cost
+// two passes each and buy nothing the fp32 sgemm needs; the bf16 storage of
+// activations is kept. Rows are chunked as in the fp32 linears, so bits never
+// depend on the thread count. Forward writes y in fp32 or rounds it to bf16
+// once; backward is the fp32 linear's (kernels.h: dx accumulated, or
+// overwritten where `fresh` says so; dw accumulated) on x widened.
+void linear_act_forward(ActIn x, const float* w, bool weight_in_out, int64_t m, int64_t k,
+                        int64_t n, ActOut y);
+void linear_act_backward(const float* dy, ActIn x, const float* w, bool weight_in_out, int64_t m,
+                         int64_t k, int64_t n, float* dx, float* dw, uint32_t fresh);
+// grouped_linear (kernels.h) the same way: bf16 rows and out, fp32 w and dout.
+void grouped_linear_act_forward(const bf16* rows, const float* offsets, const float* w,
+                                int64_t experts, int64_t k, int64_t n, bf16* out);
+void grouped_linear_act_backward(const float* dout, const bf16* rows, const float* offsets,
+                                 const float* w, int64_t experts, int64_t k, int64_t n,
+                                 float* drows, float* dw, uint32_t fresh);
 
 // The pointwise ops of kernels.h on such activations, with fp32 weights,
 // statistics and gradients. Each runs the fp32 kernel on chunks of its

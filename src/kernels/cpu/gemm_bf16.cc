@@ -20,6 +20,7 @@
 #include "core/error.h"
 #include "kernels/cpu/bf16.h"
 #include "kernels/cpu/internal.h"
+#include "kernels/cpu/kernels.h"
 
 namespace remat::cpu {
 
@@ -229,7 +230,8 @@ Bf16Gemm choose_gemm() {
   if (choice == "native") {
     if (!cpu_has_avx512_bf16()) {
       throw InputError(
-          "REMAT_BF16_KERNEL=native, but this CPU has no avx512_bf16: unset it or use fallback");
+          "REMAT_BF16_KERNEL=native, but this CPU has no avx512_bf16 (or REMAT_MAX_ISA=avx2 "
+          "hides it): unset it or use fallback");
     }
     return Bf16Gemm::kNative;
   }
@@ -242,7 +244,8 @@ Bf16Gemm choose_gemm() {
 }  // namespace
 
 bool cpu_has_avx512_bf16() {
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
+  return !isa_capped_at_avx2() && __builtin_cpu_supports("avx512f") &&
+         __builtin_cpu_supports("avx512bf16");
 }
 
 Bf16Gemm bf16_gemm() {

@@ -26,9 +26,19 @@
 
 namespace remat::cpu {
 
-// Sets the thread count used by OpenMP kernels and OpenBLAS.
+// Sets the thread count used by OpenMP kernels and OpenBLAS; checks the ISA
+// cap (isa_capped_at_avx2) first, so a run starts with a bad one refused.
 void set_num_threads(int threads);
 int num_threads();
+
+// The ISA cap, to measure an AVX2-only machine on a newer one:
+// REMAT_MAX_ISA=avx2 keeps every kernel to what such a CPU has (the bf16
+// matmuls take their fallback, the bf16 peak reads 0; the other kernels are
+// AVX2 + FMA already). OpenBLAS picks its kernels when it is loaded, from
+// OPENBLAS_CORETYPE, so that must say Haswell (or older) as well. Throws
+// InputError for a value other than avx2 or unset, or for OpenBLAS running
+// AVX-512 kernels under the cap.
+bool isa_capped_at_avx2();
 
 // --- embedding: out[t, :] = table[tokens[t], :]
 void embedding_forward(const int32_t* tokens, int64_t n_tokens, const float* table, int64_t dim,

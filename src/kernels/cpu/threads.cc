@@ -18,6 +18,7 @@ std::atomic<int> g_threads{0};  // 0: not set yet, use the OpenMP default
 }
 
 void set_num_threads(int threads) {
+  isa_capped_at_avx2();  // a bad cap stops the run here, before any kernel
   if (threads < 1) threads = 1;
   g_threads.store(threads);
   omp_set_num_threads(threads);
