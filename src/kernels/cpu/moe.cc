@@ -169,13 +169,14 @@ void grouped_linear_forward(const float* rows, const float* offsets, const float
 void grouped_linear_backward(const float* dout, const float* rows, const float* offsets,
                              const float* w, int64_t experts, int64_t /*m*/, int64_t k, int64_t n,
                              float* drows, float* dw, uint32_t fresh) {
-  // The segments cover every row, so each fresh drows row is written once.
+  // The segments cover every row, so each fresh drows row is written once;
+  // each expert's dw is its own, written (zeros without rows) by its segment.
   for (int64_t e = 0; e < experts; ++e) {
     const auto begin = static_cast<int64_t>(offsets[e]);
     const auto end = static_cast<int64_t>(offsets[e + 1]);
     linear_in_out_backward(dout + begin * n, rows + begin * k, w + e * k * n, end - begin, k, n,
                            drows == nullptr ? nullptr : drows + begin * k,
-                           dw == nullptr ? nullptr : dw + e * k * n, fresh & 1);
+                           dw == nullptr ? nullptr : dw + e * k * n, fresh & 0b11);
   }
 }
 
