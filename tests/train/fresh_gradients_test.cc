@@ -11,6 +11,7 @@
 // so a gradient byte nobody wrote would show.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cstring>
 #include <random>
 #include <string>
@@ -19,6 +20,7 @@
 #include "ac/policy.h"
 #include "ac/schedule.h"
 #include "checking_backend.h"
+#include "graph/builder.h"
 #include "models/registry.h"
 #include "runtime/executor.h"
 #include "runtime/sharded_state.h"
@@ -161,6 +163,39 @@ TEST(FreshGradients, StepsZeroNoParameterGradientAndGiveTheBitsOfZeroedOnes) {
         EXPECT_EQ(checking.calls().zeroed_gradient_bytes, gradient_bytes(program));
       }
     }
+  }
+}
+
+// Shared parameters: one square weight read by two linears in a row, and
+// the embedding table tied to the output projection (written first by the
+// output's backward, last by the embedding's). Only the schedule's first
+// writer of each overwrites; the bits are those of zeroing and accumulating.
+TEST(FreshGradients, SharedParametersAreOverwrittenOnceThenAccumulated) {
+  const int64_t vocab = 256, dim = 32;
+  ProgramBuilder b(/*batch=*/2, /*seq=*/8);
+  const ParamInit init{ParamInit::Kind::kNormal, 0.02, 0, 0};
+  const ParamId table = b.param("tok_embeddings.weight", {vocab, dim}, init);
+  const ParamId norm = b.param("norm.weight", {dim}, ParamInit{ParamInit::Kind::kOnes, 0, 0, 0});
+  const ParamId square = b.param("square.weight", {dim, dim}, init);
+  ValueId h = b.embedding("tok_embeddings", table);
+  b.set_block(0);
+  h = b.rmsnorm("layers.0.norm", h, norm, 1e-5f);
+  h = b.linear("layers.0.first", h, square);
+  h = b.linear("layers.0.second", h, square);
+  b.set_block(-1);
+  b.cross_entropy("loss", b.linear("output", h, table));
+  const Program program = b.finish();
+  AcOptions none;
+  none.mode = AcOptions::Mode::kNone;
+  const Schedule schedule = make_schedule(program, make_plan(program, none), true);
+  int first_writers = 0;
+  for (const Step& step : schedule.steps) first_writers += std::popcount(step.fresh_grad_params);
+  EXPECT_EQ(first_writers, 3);  // one per parameter, though table and square have two writers
+  for (const AcOptions& ac : modes()) {
+    SCOPED_TRACE(describe(ac));
+    expect_bit_identical(
+        train(program, ac, cpu_backend(), std::make_unique<HostStorage>(), true),
+        train(program, ac, cpu_backend(), std::make_unique<PoisonedStorage>(), false));
   }
 }
 
