@@ -151,7 +151,7 @@ double median(std::vector<double> xs) {
 
 // Times training steps of the calibration model: every node's forward and
 // backward, the parameter update per parameter, and what the ops' own
-// times miss (zeroing gradients, booking buffers, timing itself), charged
+// times miss (booking buffers, timing itself), charged
 // per node. Each is the median over the timed passes, and nodes of equal
 // signature pool their samples: a prediction of a typical step, not of the
 // luckiest one.
@@ -175,7 +175,6 @@ std::map<std::string, double> calibrate(const JobConfig& config, const Program& 
     if (pass > kLeastPasses && timed >= kLeastTimedSeconds) break;
     progress.update(pass);
     const auto step_start = std::chrono::steady_clock::now();
-    state.zero_gradients();
     executor.run(Batch{inputs.data(), targets.data()});
     const double run_seconds = seconds_since(step_start);
     const double update_seconds = time_update(small, state, pass);

@@ -105,6 +105,16 @@ void append_weight_pieces(const float* offsets, int64_t experts, int64_t k, int6
   }
 }
 
+// A fresh expert weight gradient that no row writes: zeros, as the sum of
+// no products.
+void zero_experts_without_rows(const float* offsets, int64_t experts, int64_t weight_numel,
+                               float* dw) {
+  for (int64_t e = 0; e < experts; ++e) {
+    if (offsets[e + 1] == offsets[e])
+      std::memset(dw + e * weight_numel, 0, sizeof(float) * static_cast<size_t>(weight_numel));
+  }
+}
+
 template <typename Body>
 void run_pieces(const std::vector<GemmPiece>& pieces, Body body) {
   int64_t work = 0;
@@ -234,8 +244,11 @@ void grouped_linear_backward(const float* dout, const float* rows, const float* 
                              float* drows, float* dw, uint32_t fresh) {
   // drows[seg e] (+)= dout[seg e] @ w[e]^T in the segment's row chunks (the
   // segments cover every row, so each fresh row is written once, beta 0);
-  // dw[e] += rows[seg e]^T @ dout[seg e] in fixed chunks of dw's k rows.
+  // dw[e] (+)= rows[seg e]^T @ dout[seg e] in fixed chunks of dw's k rows
+  // (a fresh dw with beta 0, and zeros for an expert without rows).
   const float beta = (fresh & 1) != 0 ? 0.0f : 1.0f;
+  const float dw_beta = (fresh & 2) != 0 ? 0.0f : 1.0f;
+  if (dw != nullptr && dw_beta == 0.0f) zero_experts_without_rows(offsets, experts, k * n, dw);
   if (n == 0 || k == 0) {  // no product; a fresh drows is still written, with zeros
     if (n == 0 && drows != nullptr && beta == 0.0f)
       std::memset(drows, 0, sizeof(float) * static_cast<size_t>(offsets[experts]) * k);
@@ -253,7 +266,7 @@ void grouped_linear_backward(const float* dout, const float* rows, const float* 
     const auto seg = static_cast<int64_t>(offsets[p.expert]);
     const int64_t m = static_cast<int64_t>(offsets[p.expert + 1]) - seg;
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, p.end - p.begin, n, m, 1.0f,
-                rows + seg * k + p.begin, k, dout + seg * n, n, 1.0f,
+                rows + seg * k + p.begin, k, dout + seg * n, n, dw_beta,
                 dw + p.expert * k * n + p.begin * n, n);
   });
 }
