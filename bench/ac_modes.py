@@ -7,7 +7,13 @@ a step (from `remat plan --json`, the same schedule the run follows), and the
 slowdown against AC none next to the recompute share of the FLOPs. With
 --write, replaces the "AC modes" section of BENCHMARKS.md.
 
-Usage: /usr/bin/python3 bench/ac_modes.py [--remat build/remat] [--steps 5] [--write]
+The modes run in --rounds interleaved rounds, each slowdown paired with the
+none run of its own round (the median over rounds is reported): this shared
+host's speed drifts over minutes, so modes run one after another once would
+measure the drift.
+
+Usage: /usr/bin/python3 bench/ac_modes.py [--remat build/remat] [--steps 5]
+       [--rounds 3] [--write]
 """
 import argparse
 import json
@@ -61,6 +67,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--remat", default="build/remat")
     parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args()
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo")
@@ -69,7 +76,9 @@ def main():
            f"Command: `/usr/bin/python3 bench/ac_modes.py --write` on {cpu}, {os.cpu_count()} "
            f"cores, 2 threads, {time.strftime('%Y-%m-%d %H:%M')} UTC, 1-minute load average "
            f"{os.getloadavg()[0]:.1f} at the end. Median of {args.steps} timed steps after 2 "
-           "warm-up steps. Slowdown = tokens/s of none / tokens/s of the mode - 1; recompute "
+           f"warm-up steps, {args.rounds} interleaved rounds (tokens/s: the median over rounds). "
+           "Slowdown = tokens/s of none / tokens/s of the mode - 1, paired within a round, "
+           "the median over rounds; recompute "
            "share = recompute FLOPs / model FLOPs of a step (matmuls and attention; the "
            "pointwise ops re-run as well but count 0 FLOPs).", ""]
     with tempfile.TemporaryDirectory() as tmp:
@@ -78,14 +87,19 @@ def main():
                     "| AC mode | tokens/s | allocator peak MiB | kept activations MiB | "
                     "recompute GFLOP/step | recompute share | slowdown vs none |",
                     "|---|---:|---:|---:|---:|---:|---:|"]
-            none_tps = None
-            for label, _, mode_args in MODES:
-                r = run_mode(args.remat, config, mode_args, args.steps, tmp)
-                none_tps = none_tps or r["tps"]
-                out.append(f"| {label} | {r['tps']:,.0f} | {r['peak'] / 2**20:,.1f} | "
-                           f"{r['kept'] / 2**20:,.1f} | {r['recompute'] / 1e9:,.2f} | "
-                           f"{100 * r['recompute'] / r['model']:.1f}% | "
-                           f"{100 * (none_tps / r['tps'] - 1):+.1f}% |")
+            runs = {label: [] for label, _, _ in MODES}
+            for _ in range(args.rounds):
+                for label, _, mode_args in MODES:
+                    runs[label].append(run_mode(args.remat, config, mode_args, args.steps, tmp))
+            none = runs[MODES[0][0]]
+            for label, _, _ in MODES:
+                rs = runs[label]
+                slowdown = statistics.median(n["tps"] / r["tps"] - 1 for n, r in zip(none, rs))
+                r = rs[-1]
+                out.append(f"| {label} | {statistics.median(x['tps'] for x in rs):,.0f} | "
+                           f"{r['peak'] / 2**20:,.1f} | {r['kept'] / 2**20:,.1f} | "
+                           f"{r['recompute'] / 1e9:,.2f} | "
+                           f"{100 * r['recompute'] / r['model']:.1f}% | {100 * slowdown:+.1f}% |")
                 print(out[-1], flush=True)
             out.append("")
     out.append(END)

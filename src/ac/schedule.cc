@@ -18,6 +18,32 @@ const char* to_string(Step::Kind kind) {
   return "?";
 }
 
+namespace {
+
+// Step::fresh_grad_params: the first backward step to reach each trainable
+// parameter, in the order the steps run.
+void mark_first_gradient_writers(const Program& program, Schedule& schedule) {
+  std::vector<bool> written(program.params.size(), false);
+  for (Step& step : schedule.steps) {
+    if (step.kind != Step::Kind::kBackward) continue;
+    const std::vector<ParamId>& params = program.nodes[step.node].params;
+    if (params.size() > 32) throw std::logic_error("schedule: more than 32 parameters in a node");
+    for (size_t i = 0; i < params.size(); ++i) {
+      const ParamId p = params[i];
+      if (!program.params[p].trainable) continue;
+      // One node reading a parameter twice would hand its kernel one buffer
+      // as two gradients, of which neither may start by overwriting.
+      if (std::count(params.begin(), params.end(), p) != 1)
+        throw std::logic_error("schedule: " + program.nodes[step.node].fqn + " lists parameter " +
+                               program.params[p].fqn + " twice");
+      if (!written[p]) step.fresh_grad_params |= 1u << i;
+      written[p] = true;
+    }
+  }
+}
+
+}  // namespace
+
 Schedule make_schedule(const Program& program, const Plan& plan, bool with_backward) {
   Schedule schedule;
   schedule.with_backward = with_backward;
@@ -43,6 +69,7 @@ Schedule make_schedule(const Program& program, const Plan& plan, bool with_backw
       }
       schedule.steps.push_back({Step::Kind::kBackward, n, {}});
     }
+    mark_first_gradient_writers(program, schedule);
   }
 
   // A value lives from its producer's forward step to its last forward

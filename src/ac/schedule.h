@@ -2,6 +2,8 @@
 // block recompute + backward, in reverse), each saying which values die right
 // after it. The executor runs it; the planner replays it without kernels.
 // Because both read this one list, predicted and measured memory agree.
+// It also says which backward step writes each parameter gradient first, so
+// the executor and the sharded state agree on it whatever the plan's order.
 #pragma once
 
 #include <vector>
@@ -15,6 +17,11 @@ struct Step {
   int32_t node;
   // Values released right after this step (their last use).
   std::vector<ValueId> free_after;
+  // Backward steps: bit i is set when this is the first step to write the
+  // gradient of node.params[i] (trainable parameters only: a buffer gets no
+  // gradient). That step's kernel overwrites the gradient (OpBuffers::
+  // fresh_grad_params) and later ones accumulate, so no step zeroes it.
+  uint32_t fresh_grad_params = 0;
 };
 
 struct Schedule {

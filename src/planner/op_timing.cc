@@ -26,7 +26,12 @@ namespace remat {
 
 namespace {
 
-constexpr int kTimedPasses = 5;
+// Timed passes: at least kLeastPasses and at least kLeastTimedSeconds of
+// them, so a small model's ops (a few milliseconds a pass) get as many
+// samples as the host's noise needs, at most kMostPasses.
+constexpr int kLeastPasses = 5;
+constexpr int kMostPasses = 200;
+constexpr double kLeastTimedSeconds = 1.0;
 constexpr const char* kUpdateKey = "update per parameter";
 constexpr const char* kOverheadKey = "step overhead per op";
 
@@ -146,7 +151,7 @@ double median(std::vector<double> xs) {
 
 // Times training steps of the calibration model: every node's forward and
 // backward, the parameter update per parameter, and what the ops' own
-// times miss (zeroing gradients, booking buffers, timing itself), charged
+// times miss (booking buffers, timing itself), charged
 // per node. Each is the median over the timed passes, and nodes of equal
 // signature pool their samples: a prediction of a typical step, not of the
 // luckiest one.
@@ -164,15 +169,17 @@ std::map<std::string, double> calibrate(const JobConfig& config, const Program& 
   executor.set_profiling(true);
   const size_t n_nodes = small.nodes.size();
   std::map<std::string, std::vector<double>> samples;
-  Progress progress("calibrating op times (passes)", kTimedPasses + 1, ProgressUnit::kItems);
-  for (int pass = 0; pass <= kTimedPasses; ++pass) {
+  Progress progress("calibrating op times (passes)", 0, ProgressUnit::kItems);
+  double timed = 0;
+  for (int pass = 0; pass <= kMostPasses; ++pass) {
+    if (pass > kLeastPasses && timed >= kLeastTimedSeconds) break;
     progress.update(pass);
     const auto step_start = std::chrono::steady_clock::now();
-    state.zero_gradients();
     executor.run(Batch{inputs.data(), targets.data()});
     const double run_seconds = seconds_since(step_start);
     const double update_seconds = time_update(small, state, pass);
     if (pass == 0) continue;  // warm-up: page faults, caches
+    timed += run_seconds + update_seconds;
     const auto& f = executor.counts().forward_seconds_by_node;
     const auto& b = executor.counts().backward_seconds_by_node;
     double ops = 0;

@@ -9,8 +9,9 @@
 //    (make_storage(), wrapped by an Allocator that keeps the books);
 //  - forward kernels overwrite their outputs, backward kernels accumulate
 //    into every gradient (see kernels/cpu/kernels.h), except an op with
-//    OpInfo::grad_in_place_of_input0 and the fresh input gradients
-//    (OpBuffers::fresh_grad_inputs), which they overwrite;
+//    OpInfo::grad_in_place_of_input0 and the fresh input and parameter
+//    gradients (OpBuffers::fresh_grad_inputs, fresh_grad_params), which they
+//    overwrite; every backend honours fresh_grad_params for every op;
 //  - host memory is touched only through copy_to_host / copy_from_host (or
 //    the helpers below), and only where data is inherently host data: files,
 //    the initial weights, metrics.
@@ -54,8 +55,14 @@ struct OpBuffers {
   // (the executor did not zero it); the backward overwrites it with the bits
   // accumulating into zeros would give. Only bits of fresh_grad_inputs(kind).
   uint32_t fresh_grad_inputs = 0;
-  std::vector<float*> grad_params;  // accumulated into
-  float* workspace = nullptr;       // workspace_bytes(node) bytes
+  std::vector<float*> grad_params;  // accumulated into, unless fresh
+  // Bit i: grad_params[i] holds no contribution yet and unspecified bytes
+  // (no one zeroed it this step: Step::fresh_grad_params); the backward
+  // overwrites it with the bits accumulating into zeros would give, zeros
+  // included where it has no contribution (an MoE expert without tokens, an
+  // embedding row no token reads).
+  uint32_t fresh_grad_params = 0;
+  float* workspace = nullptr;  // workspace_bytes(node) bytes
   const int32_t* tokens = nullptr;
   const int32_t* targets = nullptr;
   // Element types of inputs, outputs, params and grad_output (empty: all f32).
@@ -82,6 +89,8 @@ class Backend {
   virtual bool host_addressable() const = 0;
 
   virtual void zero(Tensor& t) = 0;
+  // Zeroes elements [first, first + count) of an f32 tensor.
+  virtual void zero_range(Tensor& t, int64_t first, int64_t count) = 0;
   // dst and src have the same dtype and numel.
   virtual void copy(const Tensor& src, Tensor& dst) = 0;
   // t.bytes() bytes between the tensor and host memory.

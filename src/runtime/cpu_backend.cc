@@ -21,6 +21,11 @@ class CpuBackend final : public Backend {
   void zero(Tensor& t) override {
     if (t.raw()) std::memset(t.raw(), 0, static_cast<size_t>(t.bytes()));
   }
+  void zero_range(Tensor& t, int64_t first, int64_t count) override {
+    if (first < 0 || count < 0 || first + count > t.numel())
+      throw std::logic_error("cpu zero_range: elements outside the tensor");
+    if (t.raw()) std::memset(t.data() + first, 0, sizeof(float) * static_cast<size_t>(count));
+  }
   void copy(const Tensor& src, Tensor& dst) override {
     if (src.bytes() != dst.bytes() || src.dtype() != dst.dtype())
       throw std::logic_error("cpu copy: tensors differ in size or dtype");

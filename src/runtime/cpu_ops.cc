@@ -33,6 +33,12 @@ void zero_if_fresh(B b, int64_t rows, int64_t cols, size_t i = 0) {
   if (((b.fresh_grad_inputs >> i) & 1) != 0 && b.grad_inputs[i] != nullptr)
     std::memset(b.grad_inputs[i], 0, sizeof(float) * static_cast<size_t>(rows * cols));
 }
+// The fresh bits of a kernel whose gradient arguments are the op's first
+// `inputs` input gradients, then its parameter gradients (kernels.h).
+uint32_t fresh_bits(B b, int inputs) {
+  return (b.fresh_grad_inputs & ((1u << inputs) - 1)) | (b.fresh_grad_params << inputs);
+}
+bool fresh_param(B b, size_t i) { return ((b.fresh_grad_params >> i) & 1) != 0; }
 bool bf16_call(B b) { return b.param_dtype == DType::kBF16; }
 bool bf16_output(B b, size_t i) {
   return i < b.output_dtypes.size() && b.output_dtypes[i] == DType::kBF16;
@@ -63,7 +69,8 @@ constexpr CpuKernels kCpuKernels[] = {
        return 0.0;
      },
      [](A a, B b) {
-       cpu::embedding_backward(b.tokens, a.rows, b.grad_output, a.dim, a.n, b.grad_params[0]);
+       cpu::embedding_backward(b.tokens, a.rows, b.grad_output, a.dim, a.n, b.grad_params[0],
+                               b.fresh_grad_params & 1);
      }},
     {OpKind::kRmsNorm,
      [](A a, B b) {
@@ -80,10 +87,10 @@ constexpr CpuKernels kCpuKernels[] = {
        if (bf16_values(b)) {
          zero_if_fresh(b, a.rows, a.dim);
          cpu::rmsnorm_backward_act(b.grad_output, act_in(b, 0), b.params[0], b.inputs[1], a.rows,
-                                   a.dim, b.grad_inputs[0], b.grad_params[0]);
+                                   a.dim, b.grad_inputs[0], b.grad_params[0], fresh_param(b, 0));
        } else {
          cpu::rmsnorm_backward(b.grad_output, b.inputs[0], b.params[0], b.inputs[1], a.rows, a.dim,
-                               b.grad_inputs[0], b.grad_params[0], b.fresh_grad_inputs);
+                               b.grad_inputs[0], b.grad_params[0], fresh_bits(b, 1));
        }
      },
      0b1},
@@ -107,17 +114,16 @@ constexpr CpuKernels kCpuKernels[] = {
          zero_if_fresh(b, a.m, a.k);
          cpu::linear_bf16_backward(bf16_in(b.grad_output), bf16_in(b.inputs[0]),
                                    bf16_in(b.params[0]), a.weight_in_out, a.m, a.k, a.n,
-                                   b.grad_inputs[0], b.grad_params[0]);
+                                   b.grad_inputs[0], b.grad_params[0], fresh_param(b, 0));
        } else if (bf16_values(b)) {
          cpu::linear_act_backward(b.grad_output, act_in(b, 0), b.params[0], a.weight_in_out, a.m,
-                                  a.k, a.n, b.grad_inputs[0], b.grad_params[0],
-                                  b.fresh_grad_inputs);
+                                  a.k, a.n, b.grad_inputs[0], b.grad_params[0], fresh_bits(b, 1));
        } else if (a.weight_in_out) {
          cpu::linear_in_out_backward(b.grad_output, b.inputs[0], b.params[0], a.m, a.k, a.n,
-                                     b.grad_inputs[0], b.grad_params[0], b.fresh_grad_inputs);
+                                     b.grad_inputs[0], b.grad_params[0], fresh_bits(b, 1));
        } else {
          cpu::linear_backward(b.grad_output, b.inputs[0], b.params[0], a.m, a.k, a.n,
-                              b.grad_inputs[0], b.grad_params[0], b.fresh_grad_inputs);
+                              b.grad_inputs[0], b.grad_params[0], fresh_bits(b, 1));
        }
      },
      0b1},
@@ -245,15 +251,15 @@ constexpr CpuKernels kCpuKernels[] = {
          zero_if_fresh(b, a.m, a.k);
          cpu::grouped_linear_bf16_backward(bf16_in(b.grad_output), bf16_in(b.inputs[0]),
                                            b.inputs[1], bf16_in(b.params[0]), a.experts, a.k, a.n,
-                                           b.grad_inputs[0], b.grad_params[0]);
+                                           b.grad_inputs[0], b.grad_params[0], fresh_param(b, 0));
        } else if (bf16_values(b)) {
          cpu::grouped_linear_act_backward(b.grad_output, bf16_in(b.inputs[0]), b.inputs[1],
                                           b.params[0], a.experts, a.k, a.n, b.grad_inputs[0],
-                                          b.grad_params[0], b.fresh_grad_inputs & 0b1);
+                                          b.grad_params[0], fresh_bits(b, 1));
        } else {
          cpu::grouped_linear_backward(b.grad_output, b.inputs[0], b.inputs[1], b.params[0],
                                       a.experts, a.m, a.k, a.n, b.grad_inputs[0], b.grad_params[0],
-                                      b.fresh_grad_inputs & 0b1);
+                                      fresh_bits(b, 1));
        }
      },
      0b1},

@@ -104,7 +104,10 @@ void Executor::release_values() {
   for (Tensor& v : values_) v.reset();
 }
 
-double Executor::run(const Batch& batch) {
+double Executor::run(const Batch& batch, ParamGradients gradients) {
+  if (gradients == ParamGradients::kAccumulate && source_)
+    throw std::logic_error("executor: a parameter source's gradients cannot accumulate over runs");
+  param_gradients_ = gradients;
   counts_ = ExecutionCounts{};
   loss_ = 0;
   release_values();  // the previous step's loss
@@ -130,7 +133,7 @@ double Executor::run(const Batch& batch) {
         forward(node, step.node, true, batch);
         break;
       case Step::Kind::kBackward:
-        backward(node, batch);
+        backward(step, batch);
         break;
     }
     for (ValueId v : step.free_after) values_[v].reset();
@@ -221,7 +224,8 @@ void Executor::forward(const Node& node, int32_t index, bool recompute, const Ba
   }
 }
 
-void Executor::backward(const Node& node, const Batch& batch) {
+void Executor::backward(const Step& step, const Batch& batch) {
+  const Node& node = program_.nodes[step.node];
   const Bf16Use use = bf16_use(node);
   const bool bf16 = use != Bf16Use::kNone;
   OpBuffers b;
@@ -237,6 +241,9 @@ void Executor::backward(const Node& node, const Batch& batch) {
     b.params.push_back(weight(p, use == Bf16Use::kAll));
     b.grad_params.push_back(gradient(p));
   }
+  // The first writer of a parameter's gradient in the schedule overwrites
+  // it: no memset of the parameter gradients per step.
+  if (param_gradients_ == ParamGradients::kOverwrite) b.fresh_grad_params = step.fresh_grad_params;
   b.param_dtype = use == Bf16Use::kAll ? DType::kBF16 : DType::kF32;
   const OpInfo& info = op_info(node.kind);
   Tensor grad_output;  // bf16 kernels: the output's gradient rounded to bf16

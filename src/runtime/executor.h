@@ -77,7 +77,9 @@ int32_t gather_unit(const Program& program, const Step& step);
 // buffer of its own (runtime/sharded_state.h). The executor calls
 // before_step(i) ahead of schedule step i (before the step observer) and
 // after_run() once the last step has run; params[p] and grads[p] must point
-// at parameter p's fp32 buffers during every step that reads them.
+// at parameter p's fp32 buffers during every step that reads them. A
+// gradient buffer belongs to one run: the schedule's first writer of p
+// (Step::fresh_grad_params) overwrites it, whatever bytes it starts with.
 class ParamSource {
  public:
   virtual ~ParamSource() = default;
@@ -87,13 +89,26 @@ class ParamSource {
   std::vector<float*> params, grads;  // per ParamId
 };
 
+// What a run does with the parameter gradients it computes.
+enum class ParamGradients {
+  // They replace what the gradient buffers held: the schedule's first writer
+  // of each (Step::fresh_grad_params) overwrites it, so no step zeroes them.
+  // A trainable parameter no step writes keeps its gradient (zeroed when the
+  // state was made, and nothing else writes it).
+  kOverwrite,
+  // They are added to state.grads (the later microbatches of an
+  // accumulated step). Not with a ParamSource: its buffers are the run's own.
+  kAccumulate,
+};
+
 class Executor {
  public:
   Executor(const Program& program, Schedule schedule, Allocator& allocator, ModelState& state);
 
   // Runs the schedule on one batch; returns the mean loss. With a backward
-  // schedule, parameter gradients are ACCUMULATED into state.grads.
-  double run(const Batch& batch);
+  // schedule, the parameter gradients go to state.grads (or the source's
+  // buffers) as `gradients` says.
+  double run(const Batch& batch, ParamGradients gradients = ParamGradients::kOverwrite);
 
   // Frees what the last run left allocated (its loss value): an executor
   // that shares its allocator with another (validation beside training)
@@ -118,7 +133,7 @@ class Executor {
   void record_time(const Step& step, std::chrono::steady_clock::time_point run_start,
                    std::chrono::steady_clock::time_point start);
   void forward(const Node& node, int32_t index, bool recompute, const Batch& batch);
-  void backward(const Node& node, const Batch& batch);
+  void backward(const Step& step, const Batch& batch);
   // The gradient buffer of `v`, allocated on first use: zeroed, or left as it
   // is when `fresh` (its first writer overwrites it, OpBuffers).
   Tensor& grad_of(ValueId v, bool fresh);
@@ -151,6 +166,7 @@ class Executor {
   std::string label_;
   double loss_ = 0;
   bool profiling_ = false;
+  ParamGradients param_gradients_ = ParamGradients::kOverwrite;  // this run's
   std::function<void(const Step&)> observer_;
   ParamSource* source_ = nullptr;
 };

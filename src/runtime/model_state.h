@@ -31,6 +31,9 @@ struct ModelState {
   // parameter draws from its own stream, seeded from `seed` and its FQN, so
   // the values do not depend on parameter order or on the other parameters.
   void initialize(uint64_t seed);
+  // The constructor zeroes the gradients once: a buffer's (which no backward
+  // writes) stays zero. Training steps need not: the executor's first writer
+  // of each gradient overwrites it (runtime/executor.h, ParamGradients).
   void zero_gradients();
   // Allocates the AdamW moments (zeroed) on first use (kEverything only).
   void ensure_optimizer_state();

@@ -54,6 +54,34 @@ ShardedState::ShardedState(ModelState& state, const Schedule& schedule, int rank
   for (size_t p = 0; p < program_params.size(); ++p)
     if (!program_params[p].trainable) ParamSource::params[p] = state.params[p].data();
   plan_events(schedule);
+  find_unwritten(schedule);
+}
+
+void ShardedState::find_unwritten(const Schedule& schedule) {
+  const Program& program = *state_.program;
+  std::vector<bool> written(program.params.size(), false);
+  for (const Step& step : schedule.steps) {
+    const std::vector<ParamId>& params = program.nodes[step.node].params;
+    for (size_t i = 0; i < params.size(); ++i)
+      if (((step.fresh_grad_params >> i) & 1) != 0) written[params[i]] = true;
+  }
+  unwritten_.assign(layout_.units.size(), {});
+  for (size_t u = 0; u < layout_.units.size(); ++u) {
+    const ShardUnit& unit = layout_.units[u];
+    auto& ranges = unwritten_[u];
+    auto add = [&](int64_t first, int64_t end) {
+      if (first == end) return;
+      if (!ranges.empty() && ranges.back().second == first)
+        ranges.back().second = end;
+      else
+        ranges.emplace_back(first, end);
+    };
+    for (size_t i = 0; i < unit.params.size(); ++i) {
+      const ParamId p = unit.params[i];
+      if (!written[p]) add(unit.offsets[i], unit.offsets[i] + numel(program.params[p].shape));
+    }
+    add(unit.numel, unit.chunk * layout_.ranks);
+  }
 }
 
 void ShardedState::plan_events(const Schedule& schedule) {
@@ -144,7 +172,8 @@ void ShardedState::run(const Event& e) {
     case Kind::kGradients:
       full_grads_[e.slot] =
           Tensor(*state_.allocator, Shape{gathered_numel}, MemoryCategory::kTemporaries);
-      state_.backend->zero(full_grads_[e.slot]);  // the backward kernels accumulate
+      for (auto [first, end] : unwritten_[e.unit])
+        state_.backend->zero_range(full_grads_[e.slot], first, end - first);
       point(e.unit, &full_grads_[e.slot], ParamSource::grads, false);
       break;
     case Kind::kReduceScatter:

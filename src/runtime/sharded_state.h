@@ -19,10 +19,12 @@
 //    (reshard after forward);
 //  - the gather of the next block's stretch starts when a stretch starts
 //    (prefetch: at most two blocks gathered at once);
-//  - a block's full gradient is allocated (zeroed) when its backward stretch
-//    starts; its reduce-scatter starts when the stretch ends and is waited
-//    for (and the buffer freed) when the next stretch ends, so it runs while
-//    the next block's backward computes.
+//  - a block's full gradient is allocated when its backward stretch starts;
+//    its reduce-scatter starts when the stretch ends and is waited for (and
+//    the buffer freed) when the next stretch ends, so it runs while the next
+//    block's backward computes. Only what no backward step writes is zeroed
+//    (buffers, padding): each parameter's first writer in the schedule
+//    overwrites its range (Step::fresh_grad_params).
 // Gathered buffers and full gradients are booked as temporaries; the shards
 // as parameters, gradients and optimizer state. A buffer's range in the
 // flat shards stays zero (the buffers live in ModelState, replicated), and so
@@ -30,6 +32,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "runtime/executor.h"
@@ -85,7 +88,7 @@ class ShardedState final : public ParamSource {
       kGather,         // allocate the gathered buffer, start the all-gather
       kUse,            // wait for it; point the unit's parameters into it
       kRelease,        // free the gathered buffer
-      kGradients,      // allocate the zeroed full gradient; point the gradients into it
+      kGradients,      // allocate the full gradient, zero its unwritten ranges; point into it
       kReduceScatter,  // start the reduce-scatter of the full gradient
       kFreeGradients,  // wait for it; free the full gradient
     } kind;
@@ -93,6 +96,9 @@ class ShardedState final : public ParamSource {
     size_t slot;  // the buffer: a stretch of steps, or (the last) the outside unit's
   };
   void plan_events(const Schedule& schedule);
+  // Per unit, the [first, end) ranges of its full gradient that no step of
+  // `schedule` writes: buffers, parameters without a gradient, the padding.
+  void find_unwritten(const Schedule& schedule);
   // The owned elements of `from` (per ParamId) into `shards` (per unit).
   void load_owned(const std::vector<Tensor>& from, std::vector<Tensor>& shards);
   void run(const Event& event);
@@ -106,6 +112,7 @@ class ShardedState final : public ParamSource {
   UnitCollectives* collectives_ = nullptr;
   std::vector<std::vector<Event>> events_;     // before each step; the last: after the run
   std::vector<Tensor> gathered_, full_grads_;  // per slot, while in flight
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> unwritten_;  // per unit
 };
 
 }  // namespace remat

@@ -60,6 +60,22 @@ void save_checkpoint(const std::string& path, const ModelState& state, int64_t s
   write_checkpoint_file(path, entries, step, run, "checkpoint.folder");
 }
 
+namespace {
+
+// Copies the part of tensor `t`, laid at element `offset` of its unit, that
+// falls in the rank's owned range [begin, end) into `owned` (which starts at
+// element `begin`).
+void copy_owned_part(Backend& backend, const Tensor& t, int64_t offset, int64_t begin, int64_t end,
+                     float* owned) {
+  const int64_t lo = std::max(begin, offset);
+  const int64_t hi = std::min(end, offset + t.numel());
+  if (lo >= hi) return;
+  const HostView view(backend, t);
+  std::copy(view.data() + (lo - offset), view.data() + (hi - offset), owned + (lo - begin));
+}
+
+}  // namespace
+
 ReplicaShards owned_shards_of(const ModelState& state, const ShardLayout& layout, int rank,
                               bool with_optimizer) {
   ReplicaShards out;
@@ -78,13 +94,8 @@ ReplicaShards owned_shards_of(const ModelState& state, const ShardLayout& layout
       const auto [begin, end] = layout.owned(u, rank);
       std::vector<float>& buffer = out.buffers.emplace_back(static_cast<size_t>(end - begin));
       for (size_t i = 0; i < unit.params.size(); ++i) {
-        const Tensor& t = (*sources[s])[unit.params[i]];
-        const int64_t lo = std::max(begin, unit.offsets[i]);
-        const int64_t hi = std::min(end, unit.offsets[i] + t.numel());
-        if (lo >= hi) continue;
-        const HostView view(*state.backend, t);
-        std::copy(view.data() + (lo - unit.offsets[i]), view.data() + (hi - unit.offsets[i]),
-                  buffer.data() + (lo - begin));
+        copy_owned_part(*state.backend, (*sources[s])[unit.params[i]], unit.offsets[i], begin, end,
+                        buffer.data());
       }
       spans[s]->push_back(buffer);
     }
@@ -114,13 +125,8 @@ ReplicaShards owned_shards_of(const ShardedState& sharded, const ModelState& buf
       for (size_t i = 0; s == 0 && i < unit.params.size(); ++i) {
         const ParamId p = unit.params[i];
         if (buffers.program->params[p].trainable) continue;
-        const Tensor& t = buffers.params[p];
-        const int64_t lo = std::max(begin, unit.offsets[i]);
-        const int64_t hi = std::min(end, unit.offsets[i] + t.numel());
-        if (lo >= hi) continue;
-        const HostView view(*buffers.backend, t);
-        std::copy(view.data() + (lo - unit.offsets[i]), view.data() + (hi - unit.offsets[i]),
-                  buffer.data() + (lo - begin));
+        copy_owned_part(*buffers.backend, buffers.params[p], unit.offsets[i], begin, end,
+                        buffer.data());
       }
       spans[s]->push_back(buffer);
     }

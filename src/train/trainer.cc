@@ -425,7 +425,6 @@ bool Trainer::train_step(int64_t step) {
   ModelState& state = session_.state;
   loader_.next(inputs_, targets_);
   const std::span<const int32_t> inputs = data_parallel_.local_rows(inputs_);
-  state.zero_gradients();
   session_.allocator.reset_peak();
   double loss =
       run_executor(step, Batch{inputs.data(), data_parallel_.local_rows(targets_).data()});

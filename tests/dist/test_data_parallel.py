@@ -35,28 +35,12 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.join(REPO, "tests", "oracle"))
 import test_llama3_oracle as oracle  # noqa: E402  (its model, and it checks torch)
+from mpi_kit import MPIRUN, check, failures, output, rel, worst  # noqa: E402
 
-MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe"]
 TOL = 1e-5
 STEPS = 5
 COMMON = ["--training.seq_len", "64", "--training.steps", str(STEPS), "--training.threads", "1",
           "--metrics.log_freq", "1", "--metrics.peak_flops", "1e11"]
-
-failures = []
-
-
-def check(what, ok, detail=""):
-    print(f"{'ok  ' if ok else 'FAIL'} {what}{': ' + detail if detail else ''}")
-    if not ok:
-        failures.append(what)
-
-
-def run(cmd, what, timeout=300):
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{what} exited {proc.returncode}:\n{proc.stdout[-3000:]}\n"
-                           f"{proc.stderr[-3000:]}")
-    return proc.stdout
 
 
 def train(remat, tmp, name, config, batch, ranks, extra=()):
@@ -68,14 +52,10 @@ def train(remat, tmp, name, config, batch, ranks, extra=()):
     if ranks > 1:
         cmd = MPIRUN + ["-np", str(ranks)] + cmd + [
             "--parallelism.data_parallel_replicate_degree", str(ranks)]
-    out = run(cmd, f"{name} ({ranks} rank(s))")
+    out = output(cmd, f"{name} ({ranks} rank(s))")
     with open(metrics) as f:
         rows = [json.loads(line) for line in f if '"loss"' in line]
     return [(r["loss"], r["grad_norm"]) for r in rows], out
-
-
-def rel(a, b):
-    return abs(a - b) / max(abs(b), 1e-30)
 
 
 def against_single_process(remat, tmp, config):
@@ -83,9 +63,9 @@ def against_single_process(remat, tmp, config):
     two, out = train(remat, tmp, config + "_2x2", config, 2, 2)
     check(f"{config}: 5 steps logged by both", len(one) == len(two) == STEPS,
           f"{len(one)} and {len(two)}")
-    worst = max((max(rel(a[0], b[0]), rel(a[1], b[1])) for a, b in zip(one, two)), default=1)
-    check(f"{config}: 2 ranks x 2 vs 1 x 4, loss and grad_norm", worst <= TOL,
-          f"worst relative difference {worst:.2e} (<= {TOL:g})")
+    w = worst(one, two)
+    check(f"{config}: 2 ranks x 2 vs 1 x 4, loss and grad_norm", w <= TOL,
+          f"worst relative difference {w:.2e} (<= {TOL:g})")
     check(f"{config}: the log says what is global", "global batch 4 = 2 x 2" in out and
           "global tps:" in out, "")
     peaks = re.search(r"memory per rank: allocator peak bytes rank 0 ([\d,]+), rank 1 ([\d,]+)",
@@ -93,7 +73,7 @@ def against_single_process(remat, tmp, config):
     check(f"{config}: each rank's peak is printed", peaks is not None)
     # Replicas hold what one process holds at the local batch: `remat plan`
     # with the run's settings predicts each rank's allocator peak exactly.
-    plan = json.loads(run([remat, "plan", "--config", os.path.join(REPO, "configs", config),
+    plan = json.loads(output([remat, "plan", "--config", os.path.join(REPO, "configs", config),
                            *COMMON, "--training.local_batch_size", "2",
                            "--parallelism.data_parallel_replicate_degree", "2", "--json"],
                           "remat plan"))
@@ -147,10 +127,10 @@ def main():
         tokens = os.path.join(tmp, "tokens.npy")
         rng = oracle.np.random.default_rng(7)
         oracle.np.save(tokens, rng.integers(0, oracle.VOCAB, size=5 * 65).astype(oracle.np.int32))
-        ours = run([remat, "eval", "--config", os.path.join(REPO, "configs", "llama3_debug.toml"),
+        ours = output([remat, "eval", "--config", os.path.join(REPO, "configs", "llama3_debug.toml"),
                     *model, "--training.seq_len", "64", "--checkpoint.load", weights,
                     "--validation.dataset", tokens], "remat eval")
-        ref = run([oracle.PY, oracle.REF, "eval", "--args", args_json, "--weights", weights,
+        ref = output([oracle.PY, oracle.REF, "eval", "--args", args_json, "--weights", weights,
                    "--tokens", tokens, "--seq", "64"], "llama_ref.py eval")
         a = float(re.search(r"validation loss: (\S+)", ours).group(1))
         b = float(re.search(r"validation loss: (\S+)", ref).group(1))

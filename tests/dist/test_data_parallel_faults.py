@@ -34,15 +34,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 CONFIG = os.path.join(REPO, "configs", "llama3_debug.toml")
-MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe"]
-
-failures = []
-
-
-def check(what, ok, detail=""):
-    print(f"{'ok  ' if ok else 'FAIL'} {what}{': ' + detail if detail else ''}")
-    if not ok:
-        failures.append(what)
+sys.dont_write_bytecode = True
+from mpi_kit import MPIRUN, check, failures, rank_pid  # noqa: E402
 
 
 def train_args(remat, tmp, *extra):
@@ -50,27 +43,6 @@ def train_args(remat, tmp, *extra):
             "--training.local_batch_size", "2", "--training.threads", "1",
             "--metrics.peak_flops", "1e11", "--metrics.log_freq", "1",
             "--job.dump_folder", tmp, *extra]
-
-
-def rank_pid(mpirun_pid, rank, deadline):
-    """The pid of `rank` among mpirun's children (their environment names it)."""
-    while time.time() < deadline:
-        for pid in os.listdir("/proc"):
-            if not pid.isdigit():
-                continue
-            try:
-                with open(f"/proc/{pid}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-                if ppid != mpirun_pid:
-                    continue
-                with open(f"/proc/{pid}/environ", "rb") as f:
-                    env = f.read().split(b"\0")
-            except (OSError, ValueError, IndexError):
-                continue
-            if f"OMPI_COMM_WORLD_RANK={rank}".encode() in env:
-                return int(pid)
-        time.sleep(0.1)
-    raise RuntimeError(f"rank {rank} of mpirun {mpirun_pid} not found")
 
 
 def start_long_run(remat, tmp, *extra):

@@ -42,29 +42,13 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.join(REPO, "tests", "oracle"))
 import test_llama3_oracle as oracle  # noqa: E402  (its model, and it checks torch)
+from mpi_kit import MPIRUN, check, failures, output, rel, worst  # noqa: E402
 
-MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe"]
 STEPS = 5
 COMMON = ["--training.seq_len", "64", "--training.steps", str(STEPS), "--training.threads", "1",
           "--metrics.log_freq", "1", "--metrics.peak_flops", "1e11"]
 SHARD = ["--parallelism.data_parallel_shard_degree", "2"]
 REPLICATE = ["--parallelism.data_parallel_replicate_degree", "2"]
-
-failures = []
-
-
-def check(what, ok, detail=""):
-    print(f"{'ok  ' if ok else 'FAIL'} {what}{': ' + detail if detail else ''}")
-    if not ok:
-        failures.append(what)
-
-
-def run(cmd, what, timeout=300):
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{what} exited {proc.returncode}:\n{proc.stdout[-3000:]}\n"
-                           f"{proc.stderr[-3000:]}")
-    return proc.stdout
 
 
 def train(remat, tmp, name, config, batch, ranks, extra=()):
@@ -75,18 +59,10 @@ def train(remat, tmp, name, config, batch, ranks, extra=()):
            "--job.dump_folder", os.path.join(tmp, name), *extra]
     if ranks > 1:
         cmd = MPIRUN + ["-np", str(ranks)] + cmd
-    out = run(cmd, f"{name} ({ranks} rank(s))")
+    out = output(cmd, f"{name} ({ranks} rank(s))")
     with open(metrics) as f:
         rows = [json.loads(line) for line in f if '"loss"' in line]
     return [(r["loss"], r["grad_norm"]) for r in rows], out
-
-
-def rel(a, b):
-    return abs(a - b) / max(abs(b), 1e-30)
-
-
-def worst(a, b):
-    return max((max(rel(x[0], y[0]), rel(x[1], y[1])) for x, y in zip(a, b)), default=1)
 
 
 def against_replicate_and_one_process(remat, tmp, config):
@@ -149,10 +125,10 @@ def oracle_on_saved_weights(remat, tmp):
     tokens = os.path.join(tmp, "tokens.npy")
     rng = oracle.np.random.default_rng(7)
     oracle.np.save(tokens, rng.integers(0, oracle.VOCAB, size=5 * 65).astype(oracle.np.int32))
-    ours = run([remat, "eval", "--config", os.path.join(REPO, "configs", "llama3_debug.toml"),
+    ours = output([remat, "eval", "--config", os.path.join(REPO, "configs", "llama3_debug.toml"),
                 *model, "--training.seq_len", "64", "--checkpoint.load", weights,
                 "--validation.dataset", tokens], "remat eval")
-    ref = run([oracle.PY, oracle.REF, "eval", "--args", args_json, "--weights", weights,
+    ref = output([oracle.PY, oracle.REF, "eval", "--args", args_json, "--weights", weights,
                "--tokens", tokens, "--seq", "64"], "llama_ref.py eval")
     a = float(re.search(r"validation loss: (\S+)", ours).group(1))
     b = float(re.search(r"validation loss: (\S+)", ref).group(1))

@@ -49,19 +49,11 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.join(REPO, "tests", "oracle"))
 import test_llama3_oracle as oracle  # noqa: E402  (its model, and it checks torch)
+from mpi_kit import MPIRUN, check, failures, rank_pid, rel, run  # noqa: E402
 
-MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe"]
 TOL = 1e-5
 COMMON = ["--training.seq_len", "64", "--training.threads", "1", "--metrics.log_freq", "1",
           "--metrics.peak_flops", "1e11", "--checkpoint.format", "sharded"]
-
-failures = []
-
-
-def check(what, ok, detail=""):
-    print(f"{'ok  ' if ok else 'FAIL'} {what}{': ' + detail if detail else ''}", flush=True)
-    if not ok:
-        failures.append(what)
 
 
 def command(remat, tmp, name, config, batch, ranks, extra=(), dp="replicate"):
@@ -75,23 +67,11 @@ def command(remat, tmp, name, config, batch, ranks, extra=(), dp="replicate"):
     return cmd
 
 
-def run(cmd, what, timeout=300, status=0):
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    if status is not None and proc.returncode != status:
-        raise RuntimeError(f"{what} exited {proc.returncode}, expected {status}:\n"
-                           f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-    return proc
-
-
 def steps(tmp, name):
     """step -> (loss, grad_norm), full doubles, from the run's metrics."""
     with open(os.path.join(tmp, name + ".jsonl")) as f:
         rows = [json.loads(line) for line in f if '"loss"' in line]
     return {r["step"]: (r["loss"], r["grad_norm"]) for r in rows}
-
-
-def rel(a, b):
-    return abs(a - b) / max(abs(b), 1e-30)
 
 
 def folder(tmp, name, step):
@@ -220,23 +200,6 @@ def incomplete_save(remat, tmp):
         "--training.steps", "5", "--checkpoint.load", folder(tmp, name, 2)]),
         "resume from the step before")
     check("the step before it resumes", len(steps(tmp, name + "_r2")) == 3)
-
-
-def rank_pid(mpirun_pid, rank, deadline):
-    """The pid of `rank` among mpirun's children (their environment names it)."""
-    while time.time() < deadline:
-        for pid in filter(str.isdigit, os.listdir("/proc")):
-            try:
-                with open(f"/proc/{pid}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-                with open(f"/proc/{pid}/environ", "rb") as f:
-                    env = f.read().split(b"\0")
-            except (OSError, ValueError, IndexError):
-                continue
-            if ppid == mpirun_pid and f"OMPI_COMM_WORLD_RANK={rank}".encode() in env:
-                return int(pid)
-        time.sleep(0.1)
-    raise RuntimeError(f"rank {rank} of mpirun {mpirun_pid} not found")
 
 
 def start(cmd, log_path, until):

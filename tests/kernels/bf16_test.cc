@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
@@ -157,6 +158,28 @@ TEST(Bf16Gemm, OnednnBitsDoNotDependOnTheThreadCount) {
   product(in_team[omp_get_thread_num()]);
   EXPECT_EQ(in_team[0], alone);
   EXPECT_EQ(in_team[1], alone);
+}
+
+// A fresh C (a parameter gradient's first writer) gets the bits of adding
+// the product to zeros, whatever C held (here NaN), also where the sum is a
+// tiny negative value: the native kernel flushes it to -0, which added to a
+// zero C is +0 (so fresh is not beta 0 there).
+TEST(Bf16Gemm, FreshWritesTheBitsOfAccumulatingIntoZeros) {
+  const int64_t m = 3, n = 37, k = 600;  // two k-blocks, a partial panel
+  std::vector<bf16> a = random_bf16(m * k, 4), b = random_bf16(k * n, 5);
+  for (int64_t p = 0; p < k; ++p) {  // row 0 . column 0: k products of -2^-140
+    a[p] = to_bf16(-0x1p-70f);
+    b[p * n] = to_bf16(0x1p-70f);
+  }
+  for (Bf16Gemm gemm : available()) {
+    PreparedB prepared;
+    prepare_b(gemm, false, k, n, b.data(), n, prepared);
+    std::vector<float> zeroed(m * n, 0.0f), fresh(m * n, std::numeric_limits<float>::quiet_NaN());
+    gemm_bf16_prepared(false, m, a.data(), k, prepared, CWrite::kAccumulate, zeroed.data(), n);
+    gemm_bf16_prepared(false, m, a.data(), k, prepared, CWrite::kFresh, fresh.data(), n);
+    EXPECT_EQ(std::memcmp(zeroed.data(), fresh.data(), zeroed.size() * sizeof(float)), 0)
+        << to_string(gemm);
+  }
 }
 
 // The linear layers split rows into chunks that depend on the shape only:

@@ -25,6 +25,9 @@ class CheckingBackend final : public Backend {
   struct Calls {
     int64_t forward = 0, backward = 0, zero = 0, copy = 0, to_host = 0, from_host = 0;
     int64_t sum_squares = 0, scale = 0, adamw = 0, expert_bias = 0;
+    // Bytes zero() and zero_range() cleared: all, and those of tensors booked
+    // as gradients (the model state's parameter gradients).
+    int64_t zeroed_bytes = 0, zeroed_gradient_bytes = 0;
   };
   const Calls& calls() const { return calls_; }
   int64_t live_buffers() const { return static_cast<int64_t>(live_.size()); }
@@ -36,7 +39,14 @@ class CheckingBackend final : public Backend {
   void zero(Tensor& t) override {
     ++calls_.zero;
     check(t);
+    count_zeroed(t, t.bytes());
     cpu().zero(t);
+  }
+  void zero_range(Tensor& t, int64_t first, int64_t count) override {
+    ++calls_.zero;
+    check(t);
+    count_zeroed(t, bytes_of(count, t.dtype()));
+    cpu().zero_range(t, first, count);
   }
   void copy(const Tensor& src, Tensor& dst) override {
     ++calls_.copy;
@@ -129,6 +139,11 @@ class CheckingBackend final : public Backend {
 
   static Backend& cpu() { return cpu_backend(); }
 
+  void count_zeroed(const Tensor& t, int64_t bytes) {
+    calls_.zeroed_bytes += bytes;
+    if (t.category() == MemoryCategory::kGradients) calls_.zeroed_gradient_bytes += bytes;
+  }
+
   void check(const Tensor& t) const {
     if (t.raw() != nullptr || t.numel() > 0) check_buffer(t.raw(), t.bytes(), "a tensor");
   }
@@ -163,6 +178,12 @@ class CheckingBackend final : public Backend {
       check_buffer(b.grad_output, value_bytes(node.outputs[0]), "output gradient" + at);
     if (b.workspace != nullptr)
       check_buffer(b.workspace, backward_workspace_bytes(node), "workspace" + at);
+    for (size_t i = 0; i < 32; ++i) {
+      if (((b.fresh_grad_params >> i) & 1) == 0) continue;
+      if (i >= node.params.size() || !program_.params[node.params[i]].trainable)
+        throw std::logic_error("checking backend: a fresh gradient of a parameter that gets none" +
+                               at);
+    }
   }
 
   static void expect_count(size_t got, size_t want, const std::string& what) {

@@ -89,25 +89,32 @@ struct PreparedB {
 };
 void prepare_b(Bf16Gemm gemm, bool trans_b, int64_t k, int64_t n, const bf16* b, int64_t ldb,
                PreparedB& out);
-// C[m, n] = beta * C + op(A) @ B on the calling thread (A as in gemm_bf16).
+// How a gemm writes C: C = product (beta 0), C += product (beta 1), or
+// fresh: the bits C += product gives on a zeroed C, without reading C (not
+// always beta 0's: the native kernel flushes a tiny negative sum to -0,
+// which 0 + -0 turns into +0).
+enum class CWrite { kOverwrite, kAccumulate, kFresh };
+// C[m, n] (+)= op(A) @ B on the calling thread (A as in gemm_bf16).
 void gemm_bf16_prepared(bool trans_a, int64_t m, const bf16* a, int64_t lda, const PreparedB& b,
-                        float beta, float* c, int64_t ldc);
+                        CWrite write, float* c, int64_t ldc);
 
 // The linear layers of kernels.h with bf16 operands (x, dy and the weight's
 // bf16 copy) and fp32 accumulation. Threaded like their fp32 versions: fixed
 // row chunks shared out among the threads, so bits never depend on the
 // thread count. Forward writes y in fp32 (y_bf16 false) or rounds it to
-// bf16; backward accumulates into fp32 dx and dw (either may be null).
+// bf16; backward accumulates into fp32 dx and dw (either may be null), or
+// with fresh_dw writes dw as accumulating into zeros would (kernels.h).
 void linear_bf16_forward(const bf16* x, const bf16* w, bool weight_in_out, int64_t m, int64_t k,
                          int64_t n, void* y, bool y_bf16);
 void linear_bf16_backward(const bf16* dy, const bf16* x, const bf16* w, bool weight_in_out,
-                          int64_t m, int64_t k, int64_t n, float* dx, float* dw);
+                          int64_t m, int64_t k, int64_t n, float* dx, float* dw,
+                          bool fresh_dw = false);
 // grouped_linear (kernels.h) with bf16 rows, dout and weights; out in bf16.
 void grouped_linear_bf16_forward(const bf16* rows, const float* offsets, const bf16* w,
                                  int64_t experts, int64_t k, int64_t n, bf16* out);
 void grouped_linear_bf16_backward(const bf16* dout, const bf16* rows, const float* offsets,
                                   const bf16* w, int64_t experts, int64_t k, int64_t n,
-                                  float* drows, float* dw);
+                                  float* drows, float* dw, bool fresh_dw = false);
 
 // An activation under bf16 compute: bf16 elements, or fp32 where the
 // program keeps the value in fp32 (a value another op reads in fp32).
@@ -127,8 +134,8 @@ struct ActOut {
 // two passes each and buy nothing the fp32 sgemm needs; the bf16 storage of
 // activations is kept. Rows are chunked as in the fp32 linears, so bits never
 // depend on the thread count. Forward writes y in fp32 or rounds it to bf16
-// once; backward is the fp32 linear's (kernels.h: dx accumulated, or
-// overwritten where `fresh` says so; dw accumulated) on x widened.
+// once; backward is the fp32 linear's (kernels.h: dx and dw accumulated, or
+// overwritten where `fresh` bits 0 and 1 say so) on x widened.
 void linear_act_forward(ActIn x, const float* w, bool weight_in_out, int64_t m, int64_t k,
                         int64_t n, ActOut y);
 void linear_act_backward(const float* dy, ActIn x, const float* w, bool weight_in_out, int64_t m,
@@ -149,7 +156,8 @@ void grouped_linear_act_backward(const float* dout, const bf16* rows, const floa
 void rmsnorm_forward_act(ActIn x, const float* weight, int64_t rows, int64_t dim, float eps,
                          ActOut out, float* rstd);
 void rmsnorm_backward_act(const float* dout, ActIn x, const float* weight, const float* rstd,
-                          int64_t rows, int64_t dim, float* dx, float* dweight);
+                          int64_t rows, int64_t dim, float* dx, float* dweight,
+                          bool fresh_dweight = false);
 void rope_forward_act(ActIn x, int64_t batch, int64_t seq, int64_t first_position, int64_t heads,
                       int64_t head_dim, double theta, ActOut out);
 void silu_mul_forward_act(ActIn a, ActIn b, int64_t n, ActOut out);

@@ -2,6 +2,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "kernels/cpu/internal.h"
 #include "kernels/cpu/kernels.h"
@@ -16,6 +17,10 @@ void check_tokens(const char* who, const int32_t* tokens, int64_t n_tokens, int6
                               " at position " + std::to_string(t) +
                               " is outside the vocabulary of " + std::to_string(vocab));
 }
+bool bit(const std::vector<uint64_t>& bits, int64_t i) {
+  return ((bits[static_cast<size_t>(i / 64)] >> (i % 64)) & 1) != 0;
+}
+
 }  // namespace
 
 void embedding_forward(const int32_t* tokens, int64_t n_tokens, const float* table, int64_t dim,
@@ -28,13 +33,34 @@ void embedding_forward(const int32_t* tokens, int64_t n_tokens, const float* tab
 }
 
 void embedding_backward(const int32_t* tokens, int64_t n_tokens, const float* dout, int64_t dim,
-                        int64_t vocab, float* dtable) {
+                        int64_t vocab, float* dtable, uint32_t fresh) {
   check_tokens("embedding_backward", tokens, n_tokens, vocab);
+  // Fresh (kernels.h): a row no token reads is zero; the first token to reach
+  // a row writes it (0.0f + dout), the next ones add. `first` marks those
+  // tokens: one bit per token and per row (small next to the table).
+  const bool fresh_table = (fresh & 1) != 0;
+  std::vector<uint64_t> read_rows, first;
+  if (fresh_table) {
+    read_rows.assign(static_cast<size_t>((vocab + 63) / 64), 0);
+    first.assign(static_cast<size_t>((n_tokens + 63) / 64), 0);
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      const int32_t row = tokens[t];
+      if (bit(read_rows, row)) continue;
+      read_rows[row / 64] |= uint64_t{1} << (row % 64);
+      first[t / 64] |= uint64_t{1} << (t % 64);
+    }
+  }
+  const int nt = num_threads();
+  if (fresh_table) {
+#pragma omp parallel for schedule(static) num_threads(nt) if (vocab * dim >= detail::kParallelMin)
+    for (int64_t row = 0; row < vocab; ++row)
+      if (!bit(read_rows, row))
+        std::memset(dtable + row * dim, 0, sizeof(float) * static_cast<size_t>(dim));
+  }
   // Parallel over blocks of columns; each column is accumulated over tokens in
   // token order, so the result does not depend on the thread count.
   constexpr int64_t kBlock = 64;
   const int64_t blocks = (dim + kBlock - 1) / kBlock;
-  const int nt = num_threads();
 #pragma omp parallel for schedule(static) \
     num_threads(nt) if (n_tokens * dim >= detail::kParallelMin)
   for (int64_t blk = 0; blk < blocks; ++blk) {
@@ -43,7 +69,11 @@ void embedding_backward(const int32_t* tokens, int64_t n_tokens, const float* do
     for (int64_t t = 0; t < n_tokens; ++t) {
       float* dst = dtable + static_cast<int64_t>(tokens[t]) * dim;
       const float* src = dout + t * dim;
-      for (int64_t c = c0; c < c1; ++c) dst[c] += src[c];
+      if (fresh_table && bit(first, t)) {
+        for (int64_t c = c0; c < c1; ++c) dst[c] = 0.0f + src[c];
+      } else {
+        for (int64_t c = c0; c < c1; ++c) dst[c] += src[c];
+      }
     }
   }
 }

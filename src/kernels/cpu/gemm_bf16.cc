@@ -102,7 +102,7 @@ void pack_b(const bf16* b, int64_t ldb, bool trans, int64_t j0, int64_t cols, in
 __attribute__((target("avx512f,avx512bf16"))) void micro_tile(const uint32_t* ap,
                                                               const uint32_t* bp, int64_t pairs,
                                                               float* c, int64_t ldc, int64_t rows,
-                                                              int64_t cols, bool accumulate) {
+                                                              int64_t cols, CWrite write) {
   // C's rows are far apart (ldc) and cold: fetched (for writing) now, they
   // arrive while the k loop runs instead of stalling the stores after it.
   for (int64_t r = 0; r < rows; ++r) {
@@ -132,9 +132,12 @@ __attribute__((target("avx512f,avx512bf16"))) void micro_tile(const uint32_t* ap
       if (r >= rows) break;
       float* row = c + r * ldc;
       __m512 lo = acc[r][0], hi = acc[r][1];
-      if (accumulate) {
+      if (write == CWrite::kAccumulate) {
         lo = _mm512_add_ps(_mm512_loadu_ps(row), lo);
         hi = _mm512_add_ps(_mm512_loadu_ps(row + 16), hi);
+      } else if (write == CWrite::kFresh) {
+        lo = _mm512_add_ps(_mm512_setzero_ps(), lo);
+        hi = _mm512_add_ps(_mm512_setzero_ps(), hi);
       }
       _mm512_storeu_ps(row, lo);
       _mm512_storeu_ps(row + 16, hi);
@@ -150,9 +153,12 @@ __attribute__((target("avx512f,avx512bf16"))) void micro_tile(const uint32_t* ap
     if (r >= rows) break;
     float* row = c + r * ldc;
     __m512 lo = acc[r][0], hi = acc[r][1];
-    if (accumulate) {
+    if (write == CWrite::kAccumulate) {
       lo = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, row), lo);
       hi = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, row + 16), hi);
+    } else if (write == CWrite::kFresh) {
+      lo = _mm512_add_ps(_mm512_setzero_ps(), lo);
+      hi = _mm512_add_ps(_mm512_setzero_ps(), hi);
     }
     _mm512_mask_storeu_ps(row, m0, lo);
     _mm512_mask_storeu_ps(row + 16, m1, hi);
@@ -161,6 +167,11 @@ __attribute__((target("avx512f,avx512bf16"))) void micro_tile(const uint32_t* ap
 
 void zero_c(int64_t m, int64_t n, float* c, int64_t ldc) {
   for (int64_t i = 0; i < m; ++i) std::memset(c + i * ldc, 0, sizeof(float) * n);
+}
+
+void add_positive_zero(int64_t m, int64_t n, float* c, int64_t ldc) {
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) c[i * ldc + j] += 0.0f;
 }
 
 constexpr int64_t kPanelWords = kKc / 2 * kNr;  // one packed B panel, padded to a full block
@@ -180,7 +191,7 @@ void pack_b_all(const bf16* b, int64_t ldb, bool trans, int64_t k, int64_t n,
   }
 }
 
-void gemm_native(bool ta, int64_t m, const bf16* a, int64_t lda, const PreparedB& b, float beta,
+void gemm_native(bool ta, int64_t m, const bf16* a, int64_t lda, const PreparedB& b, CWrite write,
                  float* c, int64_t ldc) {
   thread_local std::vector<uint32_t> a_pack;
   const int64_t tiles = (m + kMr - 1) / kMr, panels = panels_of(b.n);
@@ -189,14 +200,14 @@ void gemm_native(bool ta, int64_t m, const bf16* a, int64_t lda, const PreparedB
     const int64_t pairs = (kc + 1) / 2;
     a_pack.resize(static_cast<size_t>(tiles * pairs * kMr));
     pack_a(a, lda, ta, m, p0, kc, a_pack.data());
-    const bool accumulate = p0 > 0 || beta != 0.0f;
+    const CWrite block_write = p0 > 0 ? CWrite::kAccumulate : write;
     const uint32_t* block = b.packed.data() + p0 / kKc * panels * kPanelWords;
     for (int64_t jp = 0; jp < panels; ++jp) {
       const int64_t j0 = jp * kNr;
       for (int64_t t = 0; t < tiles; ++t) {
         micro_tile(a_pack.data() + t * pairs * kMr, block + jp * kPanelWords, pairs,
                    c + t * kMr * ldc + j0, ldc, std::min(kMr, m - t * kMr), std::min(kNr, b.n - j0),
-                   accumulate);
+                   block_write);
       }
     }
   }
@@ -215,8 +226,10 @@ void widen_matrix(const bf16* x, int64_t ld, int64_t rows, int64_t cols, std::ve
   }
 }
 
-void gemm_fallback(bool ta, int64_t m, const bf16* a, int64_t lda, const PreparedB& b, float beta,
+void gemm_fallback(bool ta, int64_t m, const bf16* a, int64_t lda, const PreparedB& b, CWrite write,
                    float* c, int64_t ldc) {
+  // Fresh is beta 0 here: OpenBLAS zeroes C, then adds the product to it.
+  const float beta = write == CWrite::kAccumulate ? 1.0f : 0.0f;
   thread_local std::vector<float> a32;
   const int64_t k = b.k, n = b.n;
   widen_matrix(a, lda, ta ? k : m, ta ? m : k, a32, false);  // A is stored [m, k] or [k, m]
@@ -293,18 +306,22 @@ void prepare_b(Bf16Gemm gemm, bool trans_b, int64_t k, int64_t n, const bf16* b,
 }
 
 void gemm_bf16_prepared(bool trans_a, int64_t m, const bf16* a, int64_t lda, const PreparedB& b,
-                        float beta, float* c, int64_t ldc) {
+                        CWrite write, float* c, int64_t ldc) {
   if (m <= 0 || b.n <= 0) return;
   if (b.k <= 0) {
-    if (beta == 0.0f) zero_c(m, b.n, c, ldc);
+    if (write != CWrite::kAccumulate) zero_c(m, b.n, c, ldc);
     return;
   }
   if (b.gemm == Bf16Gemm::kOnednn) {
-    detail::gemm_onednn(trans_a, b.trans, m, b.n, b.k, a, lda, b.source, b.ld, beta, c, ldc);
+    detail::gemm_onednn(trans_a, b.trans, m, b.n, b.k, a, lda, b.source, b.ld,
+                        write == CWrite::kAccumulate ? 1.0f : 0.0f, c, ldc);
+    // Accumulating into zeros turns a -0 product into +0; adding +0 to the
+    // overwritten C gives those bits without reading what C held before.
+    if (write == CWrite::kFresh) add_positive_zero(m, b.n, c, ldc);
   } else if (b.gemm == Bf16Gemm::kNative) {
-    gemm_native(trans_a, m, a, lda, b, beta, c, ldc);
+    gemm_native(trans_a, m, a, lda, b, write, c, ldc);
   } else {
-    gemm_fallback(trans_a, m, a, lda, b, beta, c, ldc);
+    gemm_fallback(trans_a, m, a, lda, b, write, c, ldc);
   }
 }
 
@@ -313,7 +330,8 @@ void gemm_bf16_with(Bf16Gemm gemm, bool trans_a, bool trans_b, int64_t m, int64_
                     int64_t ldc) {
   thread_local PreparedB prepared;
   prepare_b(gemm, trans_b, k, n, b, ldb, prepared);
-  gemm_bf16_prepared(trans_a, m, a, lda, prepared, beta, c, ldc);
+  gemm_bf16_prepared(trans_a, m, a, lda, prepared,
+                     beta == 0.0f ? CWrite::kOverwrite : CWrite::kAccumulate, c, ldc);
 }
 
 void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const bf16* a,

@@ -8,13 +8,13 @@
 //    (activation gradients and parameter gradients alike); the caller zeroes,
 //    except for gradients it marks fresh (below);
 //  - fresh gradients: a backward kernel with a `fresh` argument treats each
-//    activation gradient whose bit is set (bit i: its i-th gradient argument,
-//    in signature order) as holding no contribution yet and unspecified bytes
+//    gradient whose bit is set (bit i: its i-th gradient argument, in
+//    signature order) as holding no contribution yet and unspecified bytes
 //    (NaN included). It writes the contribution as if added to +0 (0.0f + x,
 //    sgemm with beta 0, or a cache-hot row zeroed just before the usual
-//    accumulating loop where that loop's products could contract otherwise):
-//    the exact bits accumulating into a zeroed buffer gives, without the
-//    caller's memset pass;
+//    accumulating loop where that loop's products could contract otherwise),
+//    and zeros where it has no contribution: the exact bits accumulating into
+//    a zeroed buffer gives, without the caller's memset pass;
 //  - results are deterministic for a given thread count: every output element
 //    is owned by one thread and reductions run in a fixed order;
 //  - kernels allocate nothing large; scratch whose size grows with the
@@ -43,26 +43,27 @@ bool isa_capped_at_avx2();
 // --- embedding: out[t, :] = table[tokens[t], :]
 void embedding_forward(const int32_t* tokens, int64_t n_tokens, const float* table, int64_t dim,
                        float* out);
-// dtable[tokens[t], :] += dout[t, :]
+// dtable[tokens[t], :] += dout[t, :]. fresh: bit 0 dtable (rows no token
+// reads are written with zeros).
 void embedding_backward(const int32_t* tokens, int64_t n_tokens, const float* dout, int64_t dim,
-                        int64_t vocab, float* dtable);
+                        int64_t vocab, float* dtable, uint32_t fresh = 0);
 
 // --- RMSNorm over the last dim: out = x * rstd * w, rstd[r] = 1/sqrt(mean(x^2)+eps)
 void rmsnorm_forward(const float* x, const float* weight, int64_t rows, int64_t dim, float eps,
                      float* out, float* rstd);
-// fresh: bit 0 dx.
+// fresh: bit 0 dx, bit 1 dweight.
 void rmsnorm_backward(const float* dout, const float* x, const float* weight, const float* rstd,
                       int64_t rows, int64_t dim, float* dx, float* dweight, uint32_t fresh = 0);
 
 // --- linear (no bias), PyTorch weight layout: y[m, n] = x[m, k] @ w[n, k]^T
 void linear_forward(const float* x, const float* w, int64_t m, int64_t k, int64_t n, float* y);
-// dx[m, k] += dy @ w ; dw[n, k] += dy^T @ x. fresh: bit 0 dx.
+// dx[m, k] += dy @ w ; dw[n, k] += dy^T @ x. fresh: bit 0 dx, bit 1 dw.
 void linear_backward(const float* dy, const float* x, const float* w, int64_t m, int64_t k,
                      int64_t n, float* dx, float* dw, uint32_t fresh = 0);
 
 // --- linear with the weight stored (in, out): y[m, n] = x[m, k] @ w[k, n]
 // (torchtitan's expert layout). dx += dy @ w^T ; dw += x^T @ dy (null: skipped).
-// fresh: bit 0 dx.
+// fresh: bit 0 dx, bit 1 dw.
 void linear_in_out_forward(const float* x, const float* w, int64_t m, int64_t k, int64_t n,
                            float* y);
 void linear_in_out_backward(const float* dy, const float* x, const float* w, int64_t m, int64_t k,
@@ -98,7 +99,8 @@ void grouped_linear_forward(const float* rows, const float* offsets, const float
                             int64_t experts, int64_t m, int64_t k, int64_t n, float* out);
 void grouped_linear_backward(const float* dout, const float* rows, const float* offsets,
                              const float* w, int64_t experts, int64_t m, int64_t k, int64_t n,
-                             float* drows, float* dw, uint32_t fresh = 0);  // fresh: bit 0 drows
+                             float* drows, float* dw,
+                             uint32_t fresh = 0);  // fresh: bit 0 drows, bit 1 dw (every expert's)
 // Combine: y[t] = sum over slots (in slot order) of rows[r] with perm[r] = t*k+slot.
 void moe_combine_forward(const float* rows, const float* perm, int64_t tokens, int64_t dim,
                          int64_t top_k, float* y);

@@ -6,9 +6,9 @@
 // other on the same cores. Rows are cut into chunks that depend only on the
 // shape (split_rows), so results are bit-identical for any thread count.
 //
-// A fresh dx (kernels.h) is written with beta = 0: sgemm then never reads the
-// old contents, and OpenBLAS zeroes C before adding the product, which gives
-// the bits of accumulating into a zeroed buffer.
+// A fresh dx or dw (kernels.h) is written with beta = 0: sgemm then never
+// reads the old contents, and OpenBLAS zeroes C before adding the product,
+// which gives the bits of accumulating into a zeroed buffer.
 #include <cblas.h>
 
 #include <cstring>
@@ -20,12 +20,15 @@ namespace remat::cpu {
 
 namespace {
 
-// Whether a backward has no product to compute. With n = 0 the product is
-// zero, so a fresh dx still has to be written: with zeros.
-bool zero_fresh_if_empty(int64_t m, int64_t k, int64_t n, float* dx, uint32_t fresh) {
+// Whether a backward has no product to compute. An empty product is zero,
+// so a fresh gradient still has to be written: with zeros (dx when n = 0, dw
+// when m = 0: an MoE expert that received no tokens).
+bool zero_fresh_if_empty(int64_t m, int64_t k, int64_t n, float* dx, float* dw, uint32_t fresh) {
   if (m != 0 && n != 0 && k != 0) return false;
-  if (n == 0 && dx != nullptr && (fresh & 1) != 0)
+  if (dx != nullptr && (fresh & 1) != 0)
     std::memset(dx, 0, sizeof(float) * static_cast<size_t>(m * k));
+  if (dw != nullptr && (fresh & 2) != 0)
+    std::memset(dw, 0, sizeof(float) * static_cast<size_t>(n * k));
   return true;
 }
 
@@ -42,7 +45,7 @@ void linear_forward(const float* x, const float* w, int64_t m, int64_t k, int64_
 
 void linear_backward(const float* dy, const float* x, const float* w, int64_t m, int64_t k,
                      int64_t n, float* dx, float* dw, uint32_t fresh) {
-  if (zero_fresh_if_empty(m, k, n, dx, fresh)) return;
+  if (zero_fresh_if_empty(m, k, n, dx, dw, fresh)) return;
   // dx[m, k] += dy[m, n] @ w[n, k], split over rows of dx (skipped when null).
   if (dx != nullptr) {
     const float beta = (fresh & 1) != 0 ? 0.0f : 1.0f;
@@ -53,9 +56,10 @@ void linear_backward(const float* dy, const float* x, const float* w, int64_t m,
   }
   // dw[n, k] += dy[m, n]^T @ x[m, k], split over rows of dw (skipped when null).
   if (dw != nullptr) {
+    const float beta = (fresh & 2) != 0 ? 0.0f : 1.0f;
     detail::split_rows(n, m * k, [&](int64_t r0, int64_t r1) {
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1 - r0, k, m, 1.0f, dy + r0, n, x, k,
-                  1.0f, dw + r0 * k, k);
+                  beta, dw + r0 * k, k);
     });
   }
 }
@@ -71,7 +75,7 @@ void linear_in_out_forward(const float* x, const float* w, int64_t m, int64_t k,
 
 void linear_in_out_backward(const float* dy, const float* x, const float* w, int64_t m, int64_t k,
                             int64_t n, float* dx, float* dw, uint32_t fresh) {
-  if (zero_fresh_if_empty(m, k, n, dx, fresh)) return;
+  if (zero_fresh_if_empty(m, k, n, dx, dw, fresh)) return;
   // dx[m, k] += dy[m, n] @ w[k, n]^T, split over rows of dx.
   if (dx != nullptr) {
     const float beta = (fresh & 1) != 0 ? 0.0f : 1.0f;
@@ -82,9 +86,10 @@ void linear_in_out_backward(const float* dy, const float* x, const float* w, int
   }
   // dw[k, n] += x[m, k]^T @ dy[m, n], split over rows of dw.
   if (dw != nullptr) {
+    const float beta = (fresh & 2) != 0 ? 0.0f : 1.0f;
     detail::split_rows(k, m * n, [&](int64_t r0, int64_t r1) {
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1 - r0, n, m, 1.0f, x + r0, k, dy, n,
-                  1.0f, dw + r0 * n, n);
+                  beta, dw + r0 * n, n);
     });
   }
 }

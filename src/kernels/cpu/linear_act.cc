@@ -79,14 +79,15 @@ void grouped_linear_act_forward(const bf16* rows, const float* offsets, const fl
 void grouped_linear_act_backward(const float* dout, const bf16* rows, const float* offsets,
                                  const float* w, int64_t experts, int64_t k, int64_t n,
                                  float* drows, float* dw, uint32_t fresh) {
-  // The segments cover every row, so each fresh drows row is written once.
+  // The segments cover every row, so each fresh drows row is written once;
+  // each expert's dw is its own, written (zeros without rows) by its segment.
   for (int64_t e = 0; e < experts; ++e) {
     const auto begin = static_cast<int64_t>(offsets[e]);
     const auto end = static_cast<int64_t>(offsets[e + 1]);
     linear_act_backward(dout + begin * n, {rows + begin * k, true}, w + e * k * n,
                         /*weight_in_out=*/true, end - begin, k, n,
                         drows == nullptr ? nullptr : drows + begin * k,
-                        dw == nullptr ? nullptr : dw + e * k * n, fresh & 1);
+                        dw == nullptr ? nullptr : dw + e * k * n, fresh & 0b11);
   }
 }
 

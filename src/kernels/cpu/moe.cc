@@ -4,8 +4,11 @@
 // Every output element is owned by one thread and summed in a fixed order,
 // so results are deterministic; expert ids, offsets and permutations are
 // exact small integers stored as floats.
+#include <cblas.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -53,6 +56,74 @@ std::vector<int64_t> slot_rows(const float* perm, int64_t n) {
   std::vector<int64_t> inv(n);
   for (int64_t r = 0; r < n; ++r) inv[static_cast<int64_t>(perm[r])] = r;
   return inv;
+}
+
+// Grouped GEMMs run as one parallel region over every expert's pieces: an
+// expert holds a few hundred rows, too few to keep the threads busy and
+// balanced if each expert's GEMM were split on its own (a fork and join per
+// expert, and a 300-row segment cut 128 + 128 + 44 leaves one thread idle).
+// Pieces are fixed chunks of each segment (chunk_rows), so which thread runs
+// one changes no bit; segments are cut finer than a dense GEMM (8 chunks of
+// at least 128 rows, the cut every grouped GEMM has always used), which gives
+// the dynamic schedule pieces to balance with.
+constexpr int64_t kSegmentChunks = 8;
+
+struct GemmPiece {
+  int kind;        // 0: rows of a segment (forward, drows); 1: rows of dw[expert]
+  int64_t expert;  // the segment
+  int64_t begin;   // kind 0: first row of the chunk (absolute); kind 1: first row of dw[expert]
+  int64_t end;
+  int64_t work;  // multiply-adds, for the serial cut-off
+};
+
+// The fixed row chunks of each expert's segment of rows.
+std::vector<GemmPiece> row_pieces(const float* offsets, int64_t experts, int64_t work_per_row) {
+  std::vector<GemmPiece> pieces;
+  for (int64_t e = 0; e < experts; ++e) {
+    const auto begin = static_cast<int64_t>(offsets[e]);
+    const auto end = static_cast<int64_t>(offsets[e + 1]);
+    const int64_t chunk = detail::chunk_rows(end - begin, kSegmentChunks);
+    for (int64_t r = begin; r < end; r += chunk) {
+      const int64_t r1 = std::min(end, r + chunk);
+      pieces.push_back({0, e, r, r1, (r1 - r) * work_per_row});
+    }
+  }
+  return pieces;
+}
+
+// dw[e] (k x n) in fixed chunks of its k rows, for every expert with rows.
+void append_weight_pieces(const float* offsets, int64_t experts, int64_t k, int64_t n,
+                          std::vector<GemmPiece>* pieces) {
+  const int64_t chunk = detail::chunk_rows(k, kSegmentChunks);
+  for (int64_t e = 0; e < experts; ++e) {
+    const int64_t m = static_cast<int64_t>(offsets[e + 1]) - static_cast<int64_t>(offsets[e]);
+    if (m == 0 || n == 0) continue;  // no product: dw[e] keeps its contents
+    for (int64_t r = 0; r < k; r += chunk) {
+      const int64_t r1 = std::min(k, r + chunk);
+      pieces->push_back({1, e, r, r1, (r1 - r) * m * n});
+    }
+  }
+}
+
+// A fresh expert weight gradient that no row writes: zeros, as the sum of
+// no products.
+void zero_experts_without_rows(const float* offsets, int64_t experts, int64_t weight_numel,
+                               float* dw) {
+  for (int64_t e = 0; e < experts; ++e) {
+    if (offsets[e + 1] == offsets[e])
+      std::memset(dw + e * weight_numel, 0, sizeof(float) * static_cast<size_t>(weight_numel));
+  }
+}
+
+template <typename Body>
+void run_pieces(const std::vector<GemmPiece>& pieces, Body body) {
+  int64_t work = 0;
+  for (const GemmPiece& p : pieces) work += p.work;
+  const auto count = static_cast<int64_t>(pieces.size());
+  const int threads = num_threads();
+  const bool parallel = threads > 1 && count > 1 && work >= (1 << 18);
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (parallel)
+  for (int64_t i = 0; i < count; ++i) body(pieces[i]);
 }
 
 }  // namespace
@@ -159,24 +230,45 @@ void moe_dispatch_backward(const float* drows, const float* x, const float* scor
 
 void grouped_linear_forward(const float* rows, const float* offsets, const float* w,
                             int64_t experts, int64_t /*m*/, int64_t k, int64_t n, float* out) {
-  for (int64_t e = 0; e < experts; ++e) {
-    const auto begin = static_cast<int64_t>(offsets[e]);
-    const auto end = static_cast<int64_t>(offsets[e + 1]);
-    linear_in_out_forward(rows + begin * k, w + e * k * n, end - begin, k, n, out + begin * n);
-  }
+  // out[seg e] = rows[seg e] @ w[e], each segment in its fixed row chunks.
+  if (n == 0) return;
+  const std::vector<GemmPiece> pieces = row_pieces(offsets, experts, k * n);
+  run_pieces(pieces, [&](const GemmPiece& p) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, p.end - p.begin, n, k, 1.0f,
+                rows + p.begin * k, k, w + p.expert * k * n, n, 0.0f, out + p.begin * n, n);
+  });
 }
 
 void grouped_linear_backward(const float* dout, const float* rows, const float* offsets,
                              const float* w, int64_t experts, int64_t /*m*/, int64_t k, int64_t n,
                              float* drows, float* dw, uint32_t fresh) {
-  // The segments cover every row, so each fresh drows row is written once.
-  for (int64_t e = 0; e < experts; ++e) {
-    const auto begin = static_cast<int64_t>(offsets[e]);
-    const auto end = static_cast<int64_t>(offsets[e + 1]);
-    linear_in_out_backward(dout + begin * n, rows + begin * k, w + e * k * n, end - begin, k, n,
-                           drows == nullptr ? nullptr : drows + begin * k,
-                           dw == nullptr ? nullptr : dw + e * k * n, fresh & 1);
+  // drows[seg e] (+)= dout[seg e] @ w[e]^T in the segment's row chunks (the
+  // segments cover every row, so each fresh row is written once, beta 0);
+  // dw[e] (+)= rows[seg e]^T @ dout[seg e] in fixed chunks of dw's k rows
+  // (a fresh dw with beta 0, and zeros for an expert without rows).
+  const float beta = (fresh & 1) != 0 ? 0.0f : 1.0f;
+  const float dw_beta = (fresh & 2) != 0 ? 0.0f : 1.0f;
+  if (dw != nullptr && dw_beta == 0.0f) zero_experts_without_rows(offsets, experts, k * n, dw);
+  if (n == 0 || k == 0) {  // no product; a fresh drows is still written, with zeros
+    if (n == 0 && drows != nullptr && beta == 0.0f)
+      std::memset(drows, 0, sizeof(float) * static_cast<size_t>(offsets[experts]) * k);
+    return;
   }
+  std::vector<GemmPiece> pieces;
+  if (drows != nullptr) pieces = row_pieces(offsets, experts, k * n);
+  if (dw != nullptr) append_weight_pieces(offsets, experts, k, n, &pieces);
+  run_pieces(pieces, [&](const GemmPiece& p) {
+    if (p.kind == 0) {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, p.end - p.begin, k, n, 1.0f,
+                  dout + p.begin * n, n, w + p.expert * k * n, n, beta, drows + p.begin * k, k);
+      return;
+    }
+    const auto seg = static_cast<int64_t>(offsets[p.expert]);
+    const int64_t m = static_cast<int64_t>(offsets[p.expert + 1]) - seg;
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, p.end - p.begin, n, m, 1.0f,
+                rows + seg * k + p.begin, k, dout + seg * n, n, dw_beta,
+                dw + p.expert * k * n + p.begin * n, n);
+  });
 }
 
 void moe_combine_forward(const float* rows, const float* perm, int64_t tokens, int64_t dim,

@@ -52,7 +52,7 @@ void rmsnorm_backward(const float* dout, const float* x, const float* weight, co
   // A fresh dx row (kernels.h) is zeroed while in cache and then takes the
   // accumulating loop: writing 0.0f + (...) in a second loop lets the compiler
   // contract its products differently (C++'s -ffp-contract=fast), off by an ulp.
-  const bool fresh_dx = (fresh & 1) != 0;
+  const bool fresh_dx = (fresh & 1) != 0, fresh_dweight = (fresh & 2) != 0;
   const int nt = num_threads();
   const bool par = rows * dim >= detail::kParallelMin;
   if (dx != nullptr) {
@@ -97,7 +97,9 @@ void rmsnorm_backward(const float* dout, const float* x, const float* weight, co
         const float rs = rstd[r];
         for (int64_t i = 0; i < n; ++i) acc[i] += static_cast<double>(gr[i] * (xr[i] * rs));
       }
-      for (int64_t i = 0; i < n; ++i) dweight[c0 + i] += static_cast<float>(acc[i]);
+      // Fresh: 0.0f + sum, the bits of adding it to a zeroed dweight.
+      for (int64_t i = 0; i < n; ++i)
+        dweight[c0 + i] = (fresh_dweight ? 0.0f : dweight[c0 + i]) + static_cast<float>(acc[i]);
     }
   }
 }

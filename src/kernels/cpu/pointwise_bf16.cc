@@ -102,7 +102,8 @@ void rmsnorm_forward_act(ActIn x, const float* weight, int64_t rows, int64_t dim
 }
 
 void rmsnorm_backward_act(const float* dout, ActIn x, const float* weight, const float* rstd,
-                          int64_t rows, int64_t dim, float* dx, float* dweight) {
+                          int64_t rows, int64_t dim, float* dx, float* dweight,
+                          bool fresh_dweight) {
   if (dx != nullptr) {
     by_rows(rows, dim, [&](int64_t r0, int64_t n) {
       const int64_t begin = r0 * dim;
@@ -113,7 +114,7 @@ void rmsnorm_backward_act(const float* dout, ActIn x, const float* weight, const
   if (dweight == nullptr) return;
   if (!x.bf16) {
     rmsnorm_backward(dout, static_cast<const float*>(x.data), weight, rstd, rows, dim, nullptr,
-                     dweight);
+                     dweight, fresh_dweight ? 0b10 : 0);
     return;
   }
   // rmsnorm_backward's weight gradient (each column sums its rows in row
@@ -135,7 +136,8 @@ void rmsnorm_backward_act(const float* dout, ActIn x, const float* weight, const
       for (int64_t i = 0; i < n; ++i)
         acc[i] += static_cast<double>(gr[i] * (from_bf16(xr[i]) * rs));
     }
-    for (int64_t i = 0; i < n; ++i) dweight[c0 + i] += static_cast<float>(acc[i]);
+    for (int64_t i = 0; i < n; ++i)  // fresh: 0.0f + sum, as in rmsnorm_backward
+      dweight[c0 + i] = (fresh_dweight ? 0.0f : dweight[c0 + i]) + static_cast<float>(acc[i]);
   }
 }
 
