@@ -15,7 +15,8 @@ FUZZ_SECONDS ?= 15
 # clang-format-14: the format check of the tests and `make format`;
 # libpcre2-dev: tokenizer.json regexes; python3-regex: the test's own byte-level BPE;
 # libjemalloc2: the allocator of bench/compare_pytorch.py's tuned PyTorch baseline;
-# libdnnl-dev, libxsmm-dev: the bf16 GEMMs bench/bf16_gemm_libraries.cc measures remat's against;
+# libdnnl-dev: oneDNN, the bf16 GEMM on AVX512-BF16 CPUs; libxsmm-dev: another bf16 GEMM
+# that bench/bf16_gemm_libraries.cc measures remat's against;
 # g++ brings libasan and libubsan for `make asan`).
 DEBIAN_PACKAGES := cmake ninja-build g++ pkg-config libopenblas-dev libtomlplusplus-dev \
 	nlohmann-json3-dev libgtest-dev libomp-dev python3-torch python3-numpy fortunes \

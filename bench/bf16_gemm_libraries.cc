@@ -1,8 +1,9 @@
 // remat's bf16 GEMM against the libraries Debian ships with one: oneDNN's
-// bf16 matmul (libdnnl-dev) and libxsmm's OpenMP bf16 GEMM (libxsmm-dev),
-// each built in where CMake finds it. The evidence for issue 11's "native
-// bf16 dot products: oneDNN, libxsmm or your own kernels, chosen by
-// measurement".
+// bf16 matmul (libdnnl-dev, which the engine links) and libxsmm's OpenMP
+// bf16 GEMM (libxsmm-dev, built in where CMake finds it). The evidence for
+// issue 11's "native bf16 dot products: oneDNN, libxsmm or your own kernels,
+// chosen by measurement"; REMAT_BF16_KERNEL=native or onednn picks remat's
+// side (the engine's default is onednn).
 //
 // Shapes: the wide model (dim 1024, FFN hidden 2816 from llama3's formula,
 // rows = batch 2 x seq 1024 = 2048), in the three layouts a linear layer
@@ -31,6 +32,7 @@
 #include <cstdlib>
 #include <functional>
 #include <memory>
+#include <oneapi/dnnl/dnnl.hpp>
 #include <random>
 #include <string>
 #include <vector>
@@ -38,10 +40,6 @@
 #include "kernels/cpu/bf16.h"
 #include "kernels/cpu/internal.h"
 #include "kernels/cpu/kernels.h"
-
-#ifdef REMAT_HAVE_DNNL
-#include <oneapi/dnnl/dnnl.hpp>
-#endif
 #ifdef REMAT_HAVE_LIBXSMM
 #include <libxsmm.h>
 #endif
@@ -104,7 +102,6 @@ std::function<void()> remat_call(const Problem& p, Operands& o) {
   };
 }
 
-#ifdef REMAT_HAVE_DNNL
 struct Dnnl {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{engine};
@@ -169,7 +166,6 @@ std::function<void()> dnnl_chunked_call(Dnnl& d, const Problem& p, Operands& o) 
     for (size_t i = 0; i < chunks.size(); ++i) execute(chunks[i]);
   };
 }
-#endif
 
 #ifdef REMAT_HAVE_LIBXSMM
 // libxsmm is column-major: row-major C = op(A) op(B) is column-major
@@ -264,11 +260,9 @@ int main(int argc, char** argv) {
   const double peak = remat::cpu::best_peak_flops_bf16(threads);
   std::printf("%d threads, %d interleaved rounds; measured vdpbf16ps peak %.1f GFLOP/s\n\n",
               threads, rounds, peak / 1e9);
-#ifdef REMAT_HAVE_DNNL
   Dnnl dnnl;
   const dnnl_version_t* v = dnnl_version();
   std::printf("oneDNN %d.%d.%d\n", v->major, v->minor, v->patch);
-#endif
 #ifdef REMAT_HAVE_LIBXSMM
   libxsmm_init();
   std::printf("libxsmm %s, target %s\n", LIBXSMM_VERSION, libxsmm_get_target_arch());
@@ -292,12 +286,10 @@ int main(int argc, char** argv) {
     contenders.push_back({std::string("remat ") + remat::cpu::to_string(remat::cpu::bf16_gemm()),
                           remat_call(p, o),
                           {}});
-#ifdef REMAT_HAVE_DNNL
     std::string impl;
     auto call = dnnl_call(dnnl, p, o, impl);
     contenders.push_back({"oneDNN (" + impl + ")", call, {}});
     contenders.push_back({"oneDNN, remat's row chunks", dnnl_chunked_call(dnnl, p, o), {}});
-#endif
 #ifdef REMAT_HAVE_LIBXSMM
     contenders.push_back({"libxsmm xgemm_omp", libxsmm_call(p, o), {}});
 #endif

@@ -1,8 +1,8 @@
 """bf16 mixed precision against fp32, side by side in one run.
 
 Trains the wide model (dim 1024, 8 layers, batch 2 x seq 1024, AC none) in
-fp32, in bf16 on the native AVX512-BF16 GEMM (where the CPU has it) and in
-bf16 on the fallback path (bf16 storage, fp32 sgemm), interleaved over
+fp32, in bf16 on oneDNN's and on remat's native AVX512-BF16 GEMM (where the
+CPU has avx512_bf16) and in bf16 on the fallback path (bf16 storage, fp32 sgemm), interleaved over
 --rounds rounds; reports the median and upper decile of tokens/s (the host's
 other tenants only ever slow steps down), the ratio to fp32, MFU as remat
 prints it (bf16 against the measured bf16 dot-product peak) and the
@@ -69,6 +69,7 @@ def main():
     # (name, precision, kernel, AVX2 emulation, the fp32 row it is compared with)
     setups = [("fp32", "float32", None, False, "fp32")]
     if has_avx512_bf16():
+        setups.append(("bf16, oneDNN AVX512-BF16 GEMM", "bfloat16", "onednn", False, "fp32"))
         setups.append(("bf16, native AVX512-BF16 GEMM", "bfloat16", "native", False, "fp32"))
     setups.append(("bf16, fallback (fp32 sgemm)", "bfloat16", "fallback", False, "fp32"))
     setups.append(("fp32, AVX2 kernels", "float32", None, True, "fp32, AVX2 kernels"))

@@ -1,7 +1,7 @@
 // GEMM rates at the wide model's shapes: the engine's fp32 linear layers
 // (OpenBLAS sgemm in fixed row chunks) against the ones it runs in bf16 on
-// the implementation this process chose (REMAT_BF16_KERNEL=native|fallback
-// forces one): the native linear_bf16_* on bf16 operands, or the fallback's
+// the implementation this process chose (REMAT_BF16_KERNEL=onednn|native|
+// fallback forces one): linear_bf16_* on bf16 operands, or the fallback's
 // linear_act_* on bf16 activations with fp32 weights and dy. Rows = batch 4
 // x seq 1024; dim 1024, FFN hidden 2816.
 //
@@ -80,7 +80,7 @@ int main(int argc, char** argv) {
     const auto dy16 = filled<bf16>(m * s.n, 3, remat::cpu::to_bf16);
     std::vector<float> y(m * s.n), dx(m * s.k), dw(s.n * s.k);
     std::vector<bf16> y16(m * s.n);
-    const bool native = remat::cpu::bf16_gemm() == remat::cpu::Bf16Gemm::kNative;
+    const bool native = remat::cpu::bf16_operands(remat::cpu::bf16_gemm());
     const remat::cpu::ActIn x_act{x16.data(), true};
     const struct {
       const char* pass;

@@ -49,16 +49,16 @@ class CpuBackend final : public Backend {
       copy(src, dst);
     }
   }
-  // The matmuls: bf16 operands and fp32 accumulation on the native bf16
-  // GEMM; on the fallback, whose GEMM computes in fp32, bf16 activations with
-  // the fp32 master weights and dy as they are (no copies rounded to bf16
-  // only to be widened back). The pointwise ops read and write bf16
+  // The matmuls: bf16 operands and fp32 accumulation on the bf16 GEMMs
+  // (onednn, native); on the fallback, whose GEMM computes in fp32, bf16
+  // activations with the fp32 master weights and dy as they are (no copies
+  // rounded to bf16 only to be widened back). The pointwise ops read and write bf16
   // activations, computing in fp32 (kernels/cpu/bf16.h).
   Bf16Use bf16_use(OpKind kind) const override {
     switch (kind) {
       case OpKind::kLinear:
       case OpKind::kGroupedLinear:
-        return cpu::bf16_gemm() == cpu::Bf16Gemm::kNative ? Bf16Use::kAll : Bf16Use::kActivations;
+        return cpu::bf16_operands(cpu::bf16_gemm()) ? Bf16Use::kAll : Bf16Use::kActivations;
       case OpKind::kRmsNorm:
       case OpKind::kRope:
       case OpKind::kSiluMul:

@@ -13,7 +13,7 @@
 // included, in bf16: half the bytes). Everything the executor adds for it
 // is allocated here, so the planner's replay books it too:
 //  - the bf16 copy of a weight, cast when an op whose kernels take bf16
-//    weights (Backend::bf16_use kAll: the matmuls on a native bf16 GEMM;
+//    weights (Backend::bf16_use kAll: the matmuls on a bf16 GEMM, onednn or native;
 //    a fallback that computes in fp32 reads the masters) first reads it in the
 //    current gather unit (gather_unit), released when the unit changes and
 //    at the end of the run;

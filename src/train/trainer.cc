@@ -275,15 +275,15 @@ struct DevicePeak {
 // the fallback computes in fp32); prints the device line.
 DevicePeak device_peak(const JobConfig& config, int threads, bool bf16) {
   const bool from_config = config.metrics.peak_flops > 0;
-  const bool native = bf16 && cpu::bf16_gemm() == cpu::Bf16Gemm::kNative;
+  const bool bf16_dots = bf16 && cpu::bf16_operands(cpu::bf16_gemm());
   DevicePeak peak{0, from_config ? "metrics.peak_flops"
-                     : native    ? "measured: bf16 dot products on these threads, best of 5 runs"
+                     : bf16_dots ? "measured: bf16 dot products on these threads, best of 5 runs"
                                  : "measured: fp32 FMA on these threads, best of 5 runs of 0.05 s"};
   peak.flops = from_config ? config.metrics.peak_flops
-               : native    ? cpu::best_peak_flops_bf16(threads)
+               : bf16_dots ? cpu::best_peak_flops_bf16(threads)
                            : cpu::best_peak_flops(threads);
   std::printf("device: CPU, %d threads, peak %.1f GFLOP/s %s (%s), memory %s\n", threads,
-              peak.flops / 1e9, native ? "bf16" : "fp32", peak.source.c_str(),
+              peak.flops / 1e9, bf16_dots ? "bf16" : "fp32", peak.source.c_str(),
               format_bytes(physical_memory_bytes()).c_str());
   if (bf16) {
     std::printf(

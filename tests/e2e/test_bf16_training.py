@@ -2,7 +2,7 @@
 
 For the llama3 and llama4 debug models (batch 2 x seq 64) with
 training.mixed_precision_param = "bfloat16", on each bf16 GEMM path this CPU
-has (REMAT_BF16_KERNEL=fallback always; native where the CPU has
+has (REMAT_BF16_KERNEL=fallback always; native and onednn where the CPU has
 avx512_bf16, else said skipped):
  1. 3 steps give bit-identical loss and grad_norm in every AC mode (none,
     full, selective 1 and 2, op at thresholds 0 and 1e50, op with an FQN
@@ -13,12 +13,14 @@ avx512_bf16, else said skipped):
     bytes of one step to the byte in every mode it compares;
  4. kept activations take about half the bytes of fp32 (the fp32 statistics
     that stay, rstd and lse, are a few percent of them).
-And a REMAT_BF16_KERNEL the process cannot honour is a clear error, exit 2,
+Unset, REMAT_BF16_KERNEL takes oneDNN where the CPU has avx512_bf16. A
+REMAT_BF16_KERNEL the process cannot honour is a clear error, exit 2,
 as is a memory budget (mode memory_budget or auto) in bf16, which the
 budget solver cannot yet bound to the true peak. The ISA cap
 (REMAT_MAX_ISA=avx2, an AVX2-only machine emulated) takes the fallback,
-refuses native, refuses a value other than avx2 and refuses to run while
-OpenBLAS runs AVX-512 kernels (OPENBLAS_CORETYPE not capped as well).
+refuses native and onednn, refuses a value other than avx2 and refuses to
+run while OpenBLAS runs AVX-512 kernels (OPENBLAS_CORETYPE not capped as
+well).
 
 Usage: test_bf16_training.py <path-to-remat>
 """
@@ -111,8 +113,8 @@ def check_against_fp32(model, config, bf16_rows, tmp, failures):
 
 
 def check_plan(model, config, kernel, tmp, failures):
-    """The plan on each kernel path: they book different copies (the native
-    GEMM's bf16 weights and dy; none on the fallback, which reads fp32)."""
+    """The plan on each kernel path: they book different copies (the bf16
+    GEMMs' bf16 weights and dy; none on the fallback, which reads fp32)."""
     plan = subprocess.run([REMAT, "plan", "--config", config, *SHAPE, *BF16, "--json"],
                           capture_output=True, text=True, cwd=REPO, env=kernel_env(kernel))
     if plan.returncode != 0:
@@ -164,7 +166,14 @@ def check_isa_cap(tmp, failures):
     print(f"REMAT_MAX_ISA=avx2 OPENBLAS_CORETYPE=Haswell: exit {capped.returncode}, {line}")
     if capped.returncode != 0 or not line or not line[0].endswith("fp32 fallback"):
         failures.append(f"ISA cap: exit {capped.returncode}, {line}, {capped.stderr!r}")
+    if has_avx512_bf16():
+        default = run({})
+        line = [l for l in default.stdout.splitlines() if l.startswith("mixed precision")]
+        print(f"REMAT_BF16_KERNEL unset: exit {default.returncode}, {line}")
+        if default.returncode != 0 or not line or not line[0].endswith("oneDNN avx512_bf16"):
+            failures.append(f"default kernel: exit {default.returncode}, {line}")
     cases = [({**avx2, "REMAT_BF16_KERNEL": "native"}, "REMAT_MAX_ISA"),
+             ({**avx2, "REMAT_BF16_KERNEL": "onednn"}, "REMAT_MAX_ISA"),
              ({"REMAT_MAX_ISA": "avx512"}, "REMAT_MAX_ISA")]
     core = openblas_core()
     if core.lower() in ("skylakex", "cooperlake", "sapphirerapids"):
@@ -181,9 +190,10 @@ def check_isa_cap(tmp, failures):
 def main():
     kernels = ["fallback"]
     if has_avx512_bf16():
-        kernels.append("native")
+        kernels += ["native", "onednn"]
     else:
-        print("SKIP native bf16 kernel: this CPU has no avx512_bf16 (fallback tested only)")
+        print("SKIP native and onednn bf16 kernels: this CPU has no avx512_bf16 (fallback tested "
+              "only)")
     failures = []
     with tempfile.TemporaryDirectory() as tmp:
         for model, config in MODELS.items():

@@ -1,9 +1,11 @@
 // bf16 conversions and GEMMs (kernels/cpu/bf16.h) against an fp64 reference,
-// on both implementations: the fallback everywhere, the native AVX512-BF16
-// kernel where the CPU has it (skipped elsewhere, saying why).
+// on every implementation: the fallback everywhere, oneDNN's matmul and the
+// native AVX512-BF16 kernel where the CPU has them (skipped elsewhere, saying
+// why).
 #include "kernels/cpu/bf16.h"
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <cstdlib>
@@ -12,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/gemm_onednn.h"
 #include "kernels/cpu/kernels.h"
 #include "test_util.h"
 
@@ -84,6 +87,7 @@ Reference reference(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const std
 std::vector<Bf16Gemm> available() {
   std::vector<Bf16Gemm> g{Bf16Gemm::kFallback};
   if (cpu_has_avx512_bf16()) g.push_back(Bf16Gemm::kNative);
+  if (detail::onednn_bf16_available()) g.push_back(Bf16Gemm::kOnednn);
   return g;
 }
 
@@ -114,6 +118,48 @@ TEST(Bf16Gemm, MatchesFp64ReferenceInEveryLayout) {
   }
 }
 
+// Unset, REMAT_BF16_KERNEL takes oneDNN where it has a bf16 matmul, else the
+// native kernel where the CPU has avx512_bf16, else the fallback.
+TEST(Bf16Gemm, ChoiceFollowsTheEnvironmentAndTheCpu) {
+  const char* env = std::getenv("REMAT_BF16_KERNEL");
+  const std::string forced = env == nullptr ? "" : env;
+  const Bf16Gemm expected = forced == "fallback"              ? Bf16Gemm::kFallback
+                            : forced == "native"              ? Bf16Gemm::kNative
+                            : forced == "onednn"              ? Bf16Gemm::kOnednn
+                            : detail::onednn_bf16_available() ? Bf16Gemm::kOnednn
+                            : cpu_has_avx512_bf16()           ? Bf16Gemm::kNative
+                                                              : Bf16Gemm::kFallback;
+  EXPECT_EQ(bf16_gemm(), expected) << to_string(bf16_gemm());
+  if (!detail::onednn_bf16_available()) GTEST_SKIP() << "no oneDNN bf16 matmul on this CPU";
+}
+
+// oneDNN sizes its work split by the OpenMP thread count when it creates a
+// primitive, and at a long k (a weight gradient's token count) splits k into
+// partial sums whose order changes the bits; inside a team it runs a
+// primitive on one thread. Each call is one sequential matmul: the product
+// made at 16 threads outside a team (creating the primitive) is the one each
+// thread of a team (a linear layer's row chunks) makes.
+TEST(Bf16Gemm, OnednnBitsDoNotDependOnTheThreadCount) {
+  if (!detail::onednn_bf16_available()) GTEST_SKIP() << "no oneDNN bf16 matmul on this CPU";
+  const int64_t m = 32, n = 32, k = 65536;
+  const std::vector<bf16> a = random_bf16(k * m, 13), b = random_bf16(k * n, 14);
+  auto product = [&](std::vector<float>& c) {
+    c.assign(m * n, 0.0f);
+    gemm_bf16_with(Bf16Gemm::kOnednn, true, false, m, n, k, a.data(), m, b.data(), n, 0.0f,
+                   c.data(), n);
+  };
+  std::vector<float> alone, in_team[2];
+  {
+    ThreadsGuard guard(16);
+    product(alone);
+  }
+  ThreadsGuard guard(2);
+#pragma omp parallel num_threads(2)
+  product(in_team[omp_get_thread_num()]);
+  EXPECT_EQ(in_team[0], alone);
+  EXPECT_EQ(in_team[1], alone);
+}
+
 // A fresh C (a parameter gradient's first writer) gets the bits of adding
 // the product to zeros, whatever C held (here NaN), also where the sum is a
 // tiny negative value: the native kernel flushes it to -0, which added to a
@@ -134,14 +180,6 @@ TEST(Bf16Gemm, FreshWritesTheBitsOfAccumulatingIntoZeros) {
     EXPECT_EQ(std::memcmp(zeroed.data(), fresh.data(), zeroed.size() * sizeof(float)), 0)
         << to_string(gemm);
   }
-}
-
-TEST(Bf16Gemm, NativeKernelAvailableOrSkipped) {
-  if (!cpu_has_avx512_bf16()) GTEST_SKIP() << "this CPU has no avx512_bf16: native path untested";
-  EXPECT_EQ(bf16_gemm(), std::getenv("REMAT_BF16_KERNEL") != nullptr &&
-                                 std::string(std::getenv("REMAT_BF16_KERNEL")) == "fallback"
-                             ? Bf16Gemm::kFallback
-                             : Bf16Gemm::kNative);
 }
 
 // The linear layers split rows into chunks that depend on the shape only:

@@ -6,7 +6,7 @@
 The llama3 debug model (dim 256, 6 layers, 16 heads, vocab 2048) at batch 2
 x seq 64, on the fortunes text as bytes, from remat's fp32 seed checkpoint;
 remat runs with training.mixed_precision_param = "bfloat16" on each bf16
-GEMM path this CPU has (fallback always, native with avx512_bf16):
+GEMM path this CPU has (fallback always, native and onednn with avx512_bf16):
  1. step-1 gradients (`remat grads`) against llama_ref.py's fp32 gradients:
     cosine similarity >= 0.99 for every parameter, loss within 1%;
  2. 50 training steps (AdamW, warm-up + linear decay, clipping at 1.0, as
@@ -173,9 +173,9 @@ def main():
     kernels = ["fallback"]
     with open("/proc/cpuinfo") as f:
         if "avx512_bf16" in f.read():
-            kernels.append("native")
+            kernels += ["native", "onednn"]
         else:
-            print("SKIP native bf16 kernel: this CPU has no avx512_bf16")
+            print("SKIP native and onednn bf16 kernels: this CPU has no avx512_bf16")
     with tempfile.TemporaryDirectory(prefix="remat_bf16_oracle_") as tmp:
         run([remat, "train", "--config", CONFIG, *SHAPE, "--job.dump_folder", tmp,
              "--checkpoint.create_seed_checkpoint", "true"])

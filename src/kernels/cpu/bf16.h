@@ -10,17 +10,20 @@
 //
 // Matmuls: one function, gemm_bf16, behind which the implementation is
 // chosen once per process:
+//  - onednn: oneDNN's bf16 matmul (AVX512-BF16 dot products), measured the
+//    fastest (bench/bf16_gemm_libraries.cc), run single-threaded per call;
 //  - native: AVX512-BF16 dot products (vdpbf16ps: two bf16 products added
 //    into an fp32 lane), a packed register-blocked kernel of our own;
 //  - fallback: the operands widened to fp32 (exactly) and OpenBLAS sgemm.
-// REMAT_BF16_KERNEL=native|fallback forces one (native on a CPU without
-// avx512_bf16 is an error); otherwise native where the CPU has avx512_bf16.
-// The engine's linear layers run the native path on bf16 weights and dy
-// (linear_bf16_*), the fallback on fp32 ones (linear_act_*, below).
-// Either is deterministic: each output element is summed over k in a fixed
-// order that depends only on the shape, never on the thread count. The two
-// paths round differently from each other (vdpbf16ps adds products in pairs
-// and flushes denormals), so bit-identity holds per path.
+// REMAT_BF16_KERNEL=onednn|native|fallback forces one (onednn or native on
+// a CPU without avx512_bf16 is an error); otherwise onednn where the CPU has
+// avx512_bf16 and oneDNN a bf16 matmul for it, else native where the CPU has
+// avx512_bf16, else fallback. The engine's linear layers run onednn and
+// native on bf16 weights and dy (linear_bf16_*), the fallback on fp32 ones
+// (linear_act_*, below). Each is deterministic: each output element is
+// summed over k in a fixed order that depends only on the shape, never on
+// the thread count. The paths round differently from each other (their own
+// k orders; vdpbf16ps flushes denormals), so bit-identity holds per path.
 #pragma once
 
 #include <cstdint>
@@ -48,7 +51,9 @@ inline bf16 to_bf16(float f) {
 void narrow_to_bf16(const float* x, int64_t n, bf16* out);
 void widen_from_bf16(const bf16* x, int64_t n, float* out);
 
-enum class Bf16Gemm { kNative, kFallback };
+enum class Bf16Gemm { kOnednn, kNative, kFallback };
+// Whether `gemm` takes bf16 operands (onednn, native) rather than fp32 ones.
+inline bool bf16_operands(Bf16Gemm gemm) { return gemm != Bf16Gemm::kFallback; }
 // The implementation gemm_bf16 uses in this process (see above); throws
 // InputError for a REMAT_BF16_KERNEL it cannot honour.
 Bf16Gemm bf16_gemm();
@@ -69,13 +74,16 @@ void gemm_bf16_with(Bf16Gemm gemm, bool trans_a, bool trans_b, int64_t m, int64_
 
 // op(B)[k, n] made ready once for many row chunks of A (the linear layers
 // cut A into chunks; B, a weight or the whole activation for dw, is shared):
-// packed into the native kernel's panels, or widened to fp32. Its buffers
-// are reused by the next prepare (kernel scratch, outside the allocator's
-// books like OpenBLAS's own packing buffers).
+// packed into the native kernel's panels, widened to fp32, or (onednn) left
+// where it is and read by each call. Its buffers are reused by the next
+// prepare (kernel scratch, outside the allocator's books like OpenBLAS's own
+// packing buffers).
 struct PreparedB {
   Bf16Gemm gemm = Bf16Gemm::kFallback;
   bool trans = false;
   int64_t k = 0, n = 0;
+  const bf16* source = nullptr;  // onednn: op(B) as stored, ld elements a row
+  int64_t ld = 0;
   std::vector<uint32_t> packed;  // native: bf16 pairs in panels
   std::vector<float> wide;       // fallback: op(B) as stored, in fp32
 };

@@ -1,5 +1,5 @@
 // gemm_bf16 (bf16.h): the native AVX512-BF16 kernel, the fp32 fallback and
-// the choice between them.
+// the choice among them and oneDNN's matmul (gemm_onednn.h).
 //
 // The native kernel follows the usual packed-GEMM shape: op(A) is packed in
 // blocks of kKc k-values into tiles of kMr rows, op(B) (once per call, shared
@@ -19,6 +19,7 @@
 
 #include "core/error.h"
 #include "kernels/cpu/bf16.h"
+#include "kernels/cpu/gemm_onednn.h"
 #include "kernels/cpu/internal.h"
 #include "kernels/cpu/kernels.h"
 
@@ -168,6 +169,11 @@ void zero_c(int64_t m, int64_t n, float* c, int64_t ldc) {
   for (int64_t i = 0; i < m; ++i) std::memset(c + i * ldc, 0, sizeof(float) * n);
 }
 
+void add_positive_zero(int64_t m, int64_t n, float* c, int64_t ldc) {
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) c[i * ldc + j] += 0.0f;
+}
+
 constexpr int64_t kPanelWords = kKc / 2 * kNr;  // one packed B panel, padded to a full block
 
 int64_t panels_of(int64_t n) { return (n + kNr - 1) / kNr; }
@@ -235,17 +241,27 @@ Bf16Gemm choose_gemm() {
   const char* forced = std::getenv("REMAT_BF16_KERNEL");
   const std::string choice = forced == nullptr ? "" : forced;
   if (choice == "fallback") return Bf16Gemm::kFallback;
-  if (choice == "native") {
+  if (choice == "native" || choice == "onednn") {
     if (!cpu_has_avx512_bf16()) {
-      throw InputError(
-          "REMAT_BF16_KERNEL=native, but this CPU has no avx512_bf16 (or REMAT_MAX_ISA=avx2 "
-          "hides it): unset it or use fallback");
+      throw InputError("REMAT_BF16_KERNEL=" + choice +
+                       ", but this CPU has no avx512_bf16 (or REMAT_MAX_ISA=avx2 hides it): unset "
+                       "it or use fallback");
     }
-    return Bf16Gemm::kNative;
+    if (choice == "native") return Bf16Gemm::kNative;
+    if (!detail::onednn_bf16_available()) {
+      throw InputError(
+          "REMAT_BF16_KERNEL=onednn, but oneDNN offers no bf16 matmul beyond its reference one "
+          "here: unset it or use native or fallback");
+    }
+    return Bf16Gemm::kOnednn;
   }
   if (!choice.empty()) {
-    throw InputError("REMAT_BF16_KERNEL=\"" + choice + "\": expected native, fallback or unset");
+    throw InputError("REMAT_BF16_KERNEL=\"" + choice +
+                     "\": expected onednn, native, fallback or unset");
   }
+  // oneDNN's matmul is the faster of the two bf16 GEMMs at every shape measured
+  // (bench/bf16_gemm_libraries.cc), in remat's row chunks too.
+  if (detail::onednn_bf16_available()) return Bf16Gemm::kOnednn;
   return cpu_has_avx512_bf16() ? Bf16Gemm::kNative : Bf16Gemm::kFallback;
 }
 
@@ -262,7 +278,15 @@ Bf16Gemm bf16_gemm() {
 }
 
 const char* to_string(Bf16Gemm gemm) {
-  return gemm == Bf16Gemm::kNative ? "avx512_bf16" : "fp32 fallback";
+  switch (gemm) {
+    case Bf16Gemm::kOnednn:
+      return "oneDNN avx512_bf16";
+    case Bf16Gemm::kNative:
+      return "avx512_bf16";
+    case Bf16Gemm::kFallback:
+      break;
+  }
+  return "fp32 fallback";
 }
 
 void prepare_b(Bf16Gemm gemm, bool trans_b, int64_t k, int64_t n, const bf16* b, int64_t ldb,
@@ -271,7 +295,10 @@ void prepare_b(Bf16Gemm gemm, bool trans_b, int64_t k, int64_t n, const bf16* b,
   out.trans = trans_b;
   out.k = k;
   out.n = n;
-  if (gemm == Bf16Gemm::kNative) {
+  if (gemm == Bf16Gemm::kOnednn) {
+    out.source = b;  // oneDNN reads B where it is
+    out.ld = ldb;
+  } else if (gemm == Bf16Gemm::kNative) {
     pack_b_all(b, ldb, trans_b, k, n, out.packed);
   } else {
     widen_matrix(b, ldb, trans_b ? n : k, trans_b ? k : n, out.wide, true);  // [k, n] or [n, k]
@@ -285,7 +312,13 @@ void gemm_bf16_prepared(bool trans_a, int64_t m, const bf16* a, int64_t lda, con
     if (write != CWrite::kAccumulate) zero_c(m, b.n, c, ldc);
     return;
   }
-  if (b.gemm == Bf16Gemm::kNative) {
+  if (b.gemm == Bf16Gemm::kOnednn) {
+    detail::gemm_onednn(trans_a, b.trans, m, b.n, b.k, a, lda, b.source, b.ld,
+                        write == CWrite::kAccumulate ? 1.0f : 0.0f, c, ldc);
+    // Accumulating into zeros turns a -0 product into +0; adding +0 to the
+    // overwritten C gives those bits without reading what C held before.
+    if (write == CWrite::kFresh) add_positive_zero(m, b.n, c, ldc);
+  } else if (b.gemm == Bf16Gemm::kNative) {
     gemm_native(trans_a, m, a, lda, b, write, c, ldc);
   } else {
     gemm_fallback(trans_a, m, a, lda, b, write, c, ldc);
