@@ -15,7 +15,10 @@ interval that never saves by itself):
     later one;
  2. it holds both ranks' shards of that step and nothing else;
  3. resuming from it, 2 ranks continue with the bits of an uninterrupted
-    run (loss and grad_norm of the next 2 steps).
+    run (loss and grad_norm of the next 2 steps);
+ 4. (replicated) Ctrl-C on a resumed run before its first step completes
+    does not write the loaded step again (the state then is the loaded
+    checkpoint's).
 Exit 0 only if everything holds.
 """
 
@@ -77,26 +80,29 @@ def complete_steps(root):
 
 
 def interrupt(cmd, log_path, after_step):
-    """Runs `cmd`, sends SIGINT to mpirun once step `after_step` is logged;
-    returns the log and the last step logged before the SIGINT."""
+    """Runs `cmd`, sends SIGINT to mpirun once step `after_step` is logged
+    (0: once training starts); returns the log and the last step logged
+    before the SIGINT."""
     with open(log_path, "w+") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True)
         deadline = time.time() + 120
-        logged = []
+        logged, started = [], False
         while time.time() < deadline and proc.poll() is None:
             log.seek(0)
-            logged = [int(s) for s in re.findall(r"step:\s+(\d+)", log.read())]
-            if logged and logged[-1] >= after_step:
+            text = log.read()
+            logged = [int(s) for s in re.findall(r"step:\s+(\d+)", text)]
+            started = "device: CPU" in text  # the trainer's last line before its first step
+            if started and (logged[-1] if logged else 0) >= after_step:
                 break
             time.sleep(0.05)
-        if proc.poll() is not None or not logged or logged[-1] < after_step:
+        if proc.poll() is not None or not started or (logged[-1] if logged else 0) < after_step:
             proc.kill()
             log.seek(0)
             raise RuntimeError(f"the run did not reach step {after_step}:\n" + log.read()[-3000:])
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=60)
         log.seek(0)
-        return log.read(), logged[-1]
+        return log.read(), logged[-1] if logged else 0
 
 
 def ctrl_c(remat, tmp, dp):
@@ -113,7 +119,7 @@ def ctrl_c(remat, tmp, dp):
           "within 60 s", len(complete) > 0,
           f"steps {complete}" if complete else "none; the run's log:\n" + out[-1500:])
     if not complete:
-        return
+        return None
     step = complete[-1]
     check(f"{dp}: it is of a step at or after the last one logged before the Ctrl-C",
           step >= last, f"step {step}, logged {last} before the Ctrl-C")
@@ -134,13 +140,34 @@ def ctrl_c(remat, tmp, dp):
     same = resumed == {s: v for s, v in straight.items() if s > step} and len(resumed) == 2
     check(f"{dp}: the resumed run continues bit for bit", same,
           f"from step {step}" if same else f"from step {step}: {resumed} vs {straight}")
+    return where, step
+
+
+def ctrl_c_before_the_first_step(remat, tmp, checkpoint, loaded):
+    """SIGTERM reaches the ranks 1 s after the Ctrl-C, within the first step
+    (several seconds): the state then is the loaded one, not written again;
+    only a step the run completed may be (on a machine fast enough)."""
+    name = "ctrl_c_early"
+    out, last = interrupt(command(remat, tmp, name, "replicate", [
+        "--training.steps", "100000", "--checkpoint.enable", "true",
+        "--checkpoint.interval", "100000", "--checkpoint.load", checkpoint]),
+        os.path.join(tmp, name + ".txt"), 0)
+    time.sleep(3)  # a child would have written by now
+    root = os.path.join(tmp, name, "checkpoint")
+    written = sorted(os.listdir(root)) if os.path.isdir(root) else []
+    check(f"Ctrl-C before the first step completes: the loaded step {loaded} is not written "
+          "again", f"step-{loaded}" not in written and
+          all(int(d[5:]) > loaded for d in written if d.startswith("step-")),
+          f"{root}: {written}")
 
 
 def main():
     remat = os.path.abspath(sys.argv[1])
     with tempfile.TemporaryDirectory(prefix="remat_ctrl_c_") as tmp:
-        ctrl_c(remat, tmp, "replicate")
+        saved = ctrl_c(remat, tmp, "replicate")
         ctrl_c(remat, tmp, "shard")
+        if saved:
+            ctrl_c_before_the_first_step(remat, tmp, *saved)
     return 1 if failures else 0
 
 
