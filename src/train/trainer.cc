@@ -338,7 +338,7 @@ class Trainer {
   double run_executor(int64_t step, const Batch& batch);
   void update(int64_t step);
   void write_snapshot(int64_t step) const;
-  bool saved_by_snapshots(int64_t step, int signal) const;
+  bool saved_by_snapshots(int64_t step) const;
   int agreed_stop(const StopSignals& stop) const;
   void record_step(int64_t tokens);
   void log_step(int64_t step, double loss, double grad_norm, const MoeLoad& moe);
@@ -483,7 +483,9 @@ bool Trainer::train_step(int64_t step) {
   }
   if (validator_ && step % config_.validation.freq == 0) validate(step);
   if (sample_tokenizer_ && step % config_.metrics.sample_freq == 0) sample(step);
-  if (config_.checkpoint.enable && step % config_.checkpoint.interval == 0) save(step);
+  if (config_.checkpoint.enable && step % config_.checkpoint.interval == 0 &&
+      !saved_by_snapshots(step))
+    save(step);
   return true;
 }
 
@@ -679,13 +681,14 @@ void Trainer::save(int64_t step) const {
   comm_.set_timeout(config_.comm.train_timeout_seconds);
 }
 
-// A run stopped by a signal has forked snapshots: when every rank's child
-// of this step wrote its shard, the last of them wrote the index, and the
-// boundary's save would only write the same bytes again.
-bool Trainer::saved_by_snapshots(int64_t step, int signal) const {
-  if (!snapshot_ || signal == 0) return false;
-  snapshot_->start();  // the signal may have reached other ranks only, or not yet the watcher
-  comm_.set_timeout(config_.comm.init_timeout_seconds);
+// After a stop signal every rank forks a snapshot of each step it completes
+// (StopSnapshot): when every rank's child of this step wrote its shard, the
+// last of them wrote the index, and a save would only write the same bytes
+// again, first removing that index (save_sharded_checkpoint), which a
+// SIGKILL during the save would then lose. A collective: the ranks agree.
+bool Trainer::saved_by_snapshots(int64_t step) const {
+  if (!snapshot_) return false;
+  comm_.set_timeout(config_.comm.init_timeout_seconds);  // the wait includes the child's write
   const bool saved = comm_.min(snapshot_->wait(step) ? 1 : 0, "agreement on the stop snapshots");
   comm_.set_timeout(config_.comm.train_timeout_seconds);
   return saved;
@@ -700,9 +703,13 @@ int Trainer::finish(int64_t step, bool diverged, int signal) const {
   // cannot cut it short.
   if (!diverged && config_.checkpoint.enable && step > start_step_ &&
       step % config_.checkpoint.interval != 0) {
-    if (!saved_by_snapshots(step, signal)) save(step);
-    std::printf("checkpoint written to %s\n",
-                checkpoint_path(config_, step, sharded_checkpoints_).c_str());
+    // The signal may have reached other ranks only, or not yet the watcher.
+    if (signal && snapshot_) snapshot_->start();
+    const bool snapshots = saved_by_snapshots(step);
+    if (!snapshots) save(step);
+    std::printf("checkpoint written to %s%s\n",
+                checkpoint_path(config_, step, sharded_checkpoints_).c_str(),
+                snapshots ? " (by the snapshots forked at the signal)" : "");
   }
   if (data_parallel_.ranks() > 1) {
     data_parallel_.check_replicas("at the end");
