@@ -10,7 +10,8 @@
 //    range [owned(u, R).first, owned(u, R).second) of the unit's flat buffer,
 //    padding excluded; CRC-32C per tensor as every safetensors file remat
 //    writes (io/safetensors.h);
-//  - `index.json`, written last by rank 0 once every shard file is in place:
+//  - `index.json`, written last once every shard file is in place (by rank
+//    0, or by a snapshot's child, write_shard_and_index_if_complete()):
 //    the step, the ranks, the run record (train/checkpoint.h RunRecord), the
 //    units (block, numel, chunk, and each parameter's FQN, shape and offset
 //    in the flat buffer) and each shard file's name and size in bytes.

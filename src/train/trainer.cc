@@ -103,7 +103,8 @@ void check_output_places(const JobConfig& config, bool writes_checkpoints) {
 
 // A save killed before its rename leaves "step-N.safetensors.tmp" (as large
 // as a checkpoint), or in a sharded step folder "shard-R-of-N.safetensors.tmp"
-// and "index.json.tmp"; the next run removes them. A step folder without
+// and "index.json.tmp" (a snapshot's: "<name>.snapshot-PID.tmp"); the next
+// run removes them. A step folder without
 // its index is an incomplete sharded save: it is named, not removed (its
 // shard files may be another rank's only copy).
 void remove_stale_checkpoint_temporaries(const std::string& folder, bool top = true) {
