@@ -153,11 +153,12 @@ void create_folders(const std::string& folder, const std::string& key) {
     throw InputError(key + ": cannot create folder " + in_quotes(folder) + ": " + ec.message());
 }
 
-AtomicFile::AtomicFile(const std::string& path, const std::string& key, bool make_folders)
-    : path_(path), tmp_(path + ".tmp"), key_(key) {
+AtomicFile::AtomicFile(const std::string& path, const std::string& key, bool make_folders,
+                       const std::string& tag)
+    : path_(path), tmp_(path + (tag.empty() ? "" : "." + tag) + ".tmp"), key_(key) {
   check_replaceable(path_, key_);
   if (make_folders) create_folders(parent_of(path_), key_);
-  remove_stale_temporary(path_);
+  remove_stale_temporary(tmp_.substr(0, tmp_.size() - 4));
   check_replaceable(tmp_, key_);
   // O_EXCL | O_NOFOLLOW: never write through something planted at the name.
   fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);

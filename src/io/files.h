@@ -47,8 +47,12 @@ void create_folders(const std::string& folder, const std::string& key);
 class AtomicFile {
  public:
   // Opens the temporary; `key` names the config key or flag for messages.
-  // With `make_folders`, missing parent folders are created first.
-  AtomicFile(const std::string& path, const std::string& key, bool make_folders = false);
+  // With `make_folders`, missing parent folders are created first. A
+  // non-empty `tag` names the temporary `path + "." + tag + ".tmp"` instead,
+  // for a second writer of the same content that must not remove or reuse
+  // the first one's temporary (a checkpoint snapshot, train/stop_snapshot.h).
+  AtomicFile(const std::string& path, const std::string& key, bool make_folders = false,
+             const std::string& tag = "");
   ~AtomicFile();  // removes the temporary unless commit() succeeded
   AtomicFile(const AtomicFile&) = delete;
   AtomicFile& operator=(const AtomicFile&) = delete;

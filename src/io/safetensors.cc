@@ -75,7 +75,8 @@ bool as_offset(const json& j, uint64_t& out) {
 }  // namespace
 
 void save_safetensors(const std::string& path, const std::vector<SafetensorsEntry>& tensors,
-                      const std::map<std::string, std::string>& metadata, const std::string& key) {
+                      const std::map<std::string, std::string>& metadata, const std::string& key,
+                      const std::string& tmp_tag) {
   json header = json::object();
   std::map<std::string, std::string> all_metadata = metadata;
   uint64_t offset = 0;
@@ -108,7 +109,7 @@ void save_safetensors(const std::string& path, const std::vector<SafetensorsEntr
   unsigned char len_bytes[8];
   for (int i = 0; i < 8; ++i) len_bytes[i] = static_cast<unsigned char>(header_len >> (8 * i));
 
-  AtomicFile out(path, key, /*make_folders=*/true);
+  AtomicFile out(path, key, /*make_folders=*/true, tmp_tag);
   out.write(len_bytes, 8);
   out.write(text.data(), static_cast<int64_t>(text.size()));
   Progress progress("saving " + path, static_cast<int64_t>(offset), ProgressUnit::kBytes);

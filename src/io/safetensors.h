@@ -42,10 +42,10 @@ struct SafetensorsEntry {
 // metadata. Creates the parent directories if needed. Names must be unique
 // and non-empty and may not be "__metadata__" (std::invalid_argument: a
 // programming error); failing to write throws InputError naming `key` (the
-// config key or flag the path came from).
+// config key or flag the path came from). `tmp_tag`: AtomicFile's tag.
 void save_safetensors(const std::string& path, const std::vector<SafetensorsEntry>& tensors,
                       const std::map<std::string, std::string>& metadata = {},
-                      const std::string& key = "output");
+                      const std::string& key = "output", const std::string& tmp_tag = "");
 
 class SafetensorsReader {
  public:

@@ -57,7 +57,8 @@ std::string shard_file_name(int rank, int ranks) {
   return "shard-" + std::to_string(rank) + "-of-" + std::to_string(ranks) + ".safetensors";
 }
 
-int64_t write_shard_file(const std::string& folder, const OwnedShards& shards, int64_t step) {
+int64_t write_shard_file(const std::string& folder, const OwnedShards& shards, int64_t step,
+                         const std::string& tmp_tag) {
   check_shards(shards);
   std::vector<SafetensorsEntry> entries;
   auto add = [&](ShardPart part, size_t u, std::span<const float> data) {
@@ -81,14 +82,14 @@ int64_t write_shard_file(const std::string& folder, const OwnedShards& shards, i
       {"rank", std::to_string(shards.rank)},
       {"ranks", std::to_string(shards.layout->ranks)}};
   const std::string path = join_path(folder, shard_file_name(shards.rank, shards.layout->ranks));
-  save_safetensors(path, entries, metadata, "checkpoint.folder");
+  save_safetensors(path, entries, metadata, "checkpoint.folder", tmp_tag);
   return static_cast<int64_t>(std::filesystem::file_size(path));
 }
 
 void write_shard_index(const std::string& folder, const Program& program, const ShardLayout& layout,
                        int64_t step, bool with_optimizer,
                        const std::map<std::string, std::string>& run,
-                       const std::vector<int64_t>& file_bytes) {
+                       const std::vector<int64_t>& file_bytes, const std::string& tmp_tag) {
   ShardIndex index;
   index.step = step;
   index.ranks = layout.ranks;
@@ -105,9 +106,31 @@ void write_shard_index(const std::string& folder, const Program& program, const 
   for (int r = 0; r < layout.ranks; ++r) index.files.push_back(shard_file_name(r, layout.ranks));
   index.file_bytes = file_bytes;
   const std::string text = index.to_json();
-  AtomicFile file(join_path(folder, kShardIndexName), "checkpoint.folder", /*make_folders=*/true);
+  AtomicFile file(join_path(folder, kShardIndexName), "checkpoint.folder", /*make_folders=*/true,
+                  tmp_tag);
   file.write(text.data(), static_cast<int64_t>(text.size()));
   file.commit();
+}
+
+bool write_shard_and_index_if_complete(const std::string& folder, const OwnedShards& shards,
+                                       int64_t step, const std::map<std::string, std::string>& run,
+                                       const std::string& tmp_tag) {
+  write_shard_file(folder, shards, step, tmp_tag);
+  const int ranks = shards.layout->ranks;
+  std::vector<int64_t> sizes;
+  for (int r = 0; r < ranks; ++r) {
+    const std::string path = join_path(folder, shard_file_name(r, ranks));
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(path, ec)) return false;  // not yet: its writer looks
+    // A file left by another save of this step folder is not this one's.
+    const SafetensorsReader reader = SafetensorsReader::open(path);
+    const auto it = reader.metadata().find("step");
+    if (it == reader.metadata().end() || it->second != std::to_string(step)) return false;
+    sizes.push_back(static_cast<int64_t>(std::filesystem::file_size(path)));
+  }
+  write_shard_index(folder, *shards.program, *shards.layout, step, !shards.exp_avg.empty(), run,
+                    sizes, tmp_tag);
+  return true;
 }
 
 void save_sharded_checkpoint(const std::string& folder, const OwnedShards& shards, int64_t step,

@@ -10,7 +10,8 @@
 //    range [owned(u, R).first, owned(u, R).second) of the unit's flat buffer,
 //    padding excluded; CRC-32C per tensor as every safetensors file remat
 //    writes (io/safetensors.h);
-//  - `index.json`, written last by rank 0 once every shard file is in place:
+//  - `index.json`, written last once every shard file is in place (by rank
+//    0, or by a snapshot's child, write_shard_and_index_if_complete()):
 //    the step, the ranks, the run record (train/checkpoint.h RunRecord), the
 //    units (block, numel, chunk, and each parameter's FQN, shape and offset
 //    in the flat buffer) and each shard file's name and size in bytes.
@@ -70,11 +71,27 @@ void save_sharded_checkpoint(const std::string& folder, const OwnedShards& shard
 // The two steps of save_sharded_checkpoint() on their own, for tests and
 // tools that write each rank's part without a communicator: write_shard_file()
 // returns the file's size in bytes; write_shard_index() takes every rank's.
-int64_t write_shard_file(const std::string& folder, const OwnedShards& shards, int64_t step);
+// `tmp_tag` (AtomicFile's tag): a temporary name of the writer's own.
+int64_t write_shard_file(const std::string& folder, const OwnedShards& shards, int64_t step,
+                         const std::string& tmp_tag = "");
 void write_shard_index(const std::string& folder, const Program& program, const ShardLayout& layout,
                        int64_t step, bool with_optimizer,
                        const std::map<std::string, std::string>& run,
-                       const std::vector<int64_t>& file_bytes);
+                       const std::vector<int64_t>& file_bytes, const std::string& tmp_tag = "");
+
+// A sharded save by a process that cannot talk to the other ranks (a
+// snapshot forked at a stop signal, train/stop_snapshot.h): writes this
+// rank's shard file of `step` (under the temporary name `tmp_tag`) and
+// renames it into place; then, if every rank's shard file of `step` is in
+// place, writes the index, each file's size read from the file. Ranks
+// calling it for the same step each look only after their own rename, so
+// the last of them to rename sees every file and writes the index (two may,
+// the same bytes, each under its own temporary name); a step some rank never
+// writes gets no index. Returns true if this call wrote the index; throws as
+// write_shard_file() and write_shard_index().
+bool write_shard_and_index_if_complete(const std::string& folder, const OwnedShards& shards,
+                                       int64_t step, const std::map<std::string, std::string>& run,
+                                       const std::string& tmp_tag);
 
 std::string shard_file_name(int rank, int ranks);
 

@@ -6,16 +6,26 @@
 // it. The run then exits with 128 + the signal number (130 for SIGINT, 143
 // for SIGTERM), the shell's convention, so an interrupted run is never
 // mistaken for a finished one (README "Failure behaviour").
+//
+// Work that cannot wait for the step boundary (a snapshot of the training
+// state, train/stop_snapshot.h) goes in `on_first`: it runs on a thread of
+// its own, never in the signal handler, so it may allocate, lock and fork.
 #pragma once
 
 #include <csignal>
+#include <functional>
+#include <thread>
 
 namespace remat {
 
 class StopSignals {
  public:
-  StopSignals();   // installs the handlers
-  ~StopSignals();  // restores the previous ones, or ignores both once one was received
+  // Installs the handlers; with `on_first`, starts the thread that calls it
+  // once, with the first signal received.
+  explicit StopSignals(std::function<void(int signal)> on_first = {});
+  // Waits for `on_first` if it runs; restores the previous handlers, or
+  // ignores both signals once one was received.
+  ~StopSignals();
   StopSignals(const StopSignals&) = delete;
   StopSignals& operator=(const StopSignals&) = delete;
 
@@ -24,6 +34,11 @@ class StopSignals {
   static const char* name(int signal);
 
  private:
+  void watch();
+
+  std::function<void(int)> on_first_;
+  int wake_read_ = -1;  // the handler writes a byte to the pipe's other end
+  std::thread watcher_;
   struct sigaction previous_int_ {};
   struct sigaction previous_term_ {};
 };

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -41,6 +42,7 @@
 #include "train/session.h"
 #include "train/sharded_training.h"
 #include "train/stop_signal.h"
+#include "train/stop_snapshot.h"
 #include "train/validation.h"
 
 namespace remat {
@@ -56,6 +58,20 @@ std::string checkpoint_folder(const JobConfig& config) {
 bool sharded_checkpoints(const JobConfig& config) {
   return config.checkpoint.format == "sharded" ||
          (config.checkpoint.format == "auto" && config.parallelism.data_parallel_shard_degree > 1);
+}
+
+// Whether a stop signal forks checkpoint snapshots (train/stop_snapshot.h):
+// under mpirun, with sharded checkpoints whose layout is the run's own (each
+// rank writes what it holds, without talking to the others). HSDP, whose
+// shards follow its smaller groups, and single-file saves gather first.
+bool own_shard_layout(const Communicator& comm, const Session& session) {
+  return !session.sharded || session.sharded->layout().ranks == comm.size();
+}
+
+bool snapshots_on_signal(const JobConfig& config, const Communicator& comm,
+                         const Session& session) {
+  return comm.size() > 1 && config.checkpoint.enable && sharded_checkpoints(config) &&
+         own_shard_layout(comm, session);
 }
 
 // step-N.safetensors, or the step folder step-N/ of a sharded checkpoint.
@@ -87,7 +103,8 @@ void check_output_places(const JobConfig& config, bool writes_checkpoints) {
 
 // A save killed before its rename leaves "step-N.safetensors.tmp" (as large
 // as a checkpoint), or in a sharded step folder "shard-R-of-N.safetensors.tmp"
-// and "index.json.tmp"; the next run removes them. A step folder without
+// and "index.json.tmp" (a snapshot's: "<name>.snapshot-PID.tmp"); the next
+// run removes them. A step folder without
 // its index is an incomplete sharded save: it is named, not removed (its
 // shard files may be another rank's only copy).
 void remove_stale_checkpoint_temporaries(const std::string& folder, bool top = true) {
@@ -320,6 +337,9 @@ class Trainer {
  private:
   bool train_step(int64_t step);
   double run_executor(int64_t step, const Batch& batch);
+  void update(int64_t step);
+  void write_snapshot(int64_t step) const;
+  bool saved_by_snapshots(int64_t step) const;
   int agreed_stop(const StopSignals& stop) const;
   void record_step(int64_t tokens);
   void log_step(int64_t step, double loss, double grad_norm, const MoeLoad& moe);
@@ -366,6 +386,9 @@ class Trainer {
   MemorySnapshot run_at_peak_;  // the training steps' highest peak, by category
   Clock::time_point train_start_;
   std::map<std::string, double> profile_seconds_;
+  // Null unless a stop signal forks snapshots (snapshots_on_signal).
+  std::unique_ptr<StopSnapshot> snapshot_;
+  RunRecord committed_run_;  // run_record() after the last committed step: what a snapshot saves
 };
 
 Trainer::Trainer(const JobConfig& config, const Setup& setup, Session& session, BatchLoader& loader,
@@ -395,6 +418,9 @@ Trainer::Trainer(const JobConfig& config, const Setup& setup, Session& session, 
       inputs_(loader.batch_size() * config.training.seq_len),
       targets_(inputs_.size()) {
   session_.executor.set_profiling(profile_);
+  if (snapshots_on_signal(config, comm, session))
+    snapshot_ =
+        std::make_unique<StopSnapshot>([this](int64_t step) { write_snapshot(step); }, start_step);
   if (config.metrics.sample_freq > 0)
     sample_tokenizer_ = make_tokenizer(config.model.tokenizer, setup.model.summary.vocab_size);
   if (data_parallel_.ranks() > 1 && !sharded_)
@@ -407,7 +433,8 @@ Trainer::Trainer(const JobConfig& config, const Setup& setup, Session& session, 
 }
 
 int Trainer::train() {
-  StopSignals stop;
+  StopSignals stop(snapshot_ ? std::function<void(int)>([this](int) { snapshot_->start(); })
+                             : nullptr);
   window_ = MetricsWindow{};  // the first window starts with the first step
   train_start_ = window_.start;
   int64_t step = start_step_;
@@ -445,13 +472,7 @@ bool Trainer::train_step(int64_t step) {
   // good step and no NaN reaches a checkpoint.
   const bool diverged = !std::isfinite(loss) || !std::isfinite(grad_norm);
   const MoeLoad moe = moe_load(state);  // read before the counts reset
-  if (!diverged) {
-    update_expert_bias(state);
-    if (sharded_)
-      sharded_->adamw_step(adamw_, lr_.at(step), step);
-    else
-      adamw_step(state, adamw_, lr_.at(step), step);
-  }
+  if (!diverged) update(step);
   record_step(static_cast<int64_t>(inputs.size()));
   if (diverged || step % config_.metrics.log_freq == 0 || step == start_step_ + 1 ||
       step == config_.training.steps) {
@@ -463,8 +484,39 @@ bool Trainer::train_step(int64_t step) {
   }
   if (validator_ && step % config_.validation.freq == 0) validate(step);
   if (sample_tokenizer_ && step % config_.metrics.sample_freq == 0) sample(step);
-  if (config_.checkpoint.enable && step % config_.checkpoint.interval == 0) save(step);
+  if (config_.checkpoint.enable && step % config_.checkpoint.interval == 0 &&
+      !saved_by_snapshots(step))
+    save(step);
   return true;
+}
+
+// What turns the state after step - 1 into the state after `step`: the
+// expert bias and the optimizer's update (the data position moved at the
+// step's start). A snapshot is forked only outside it (StopSnapshot).
+void Trainer::update(int64_t step) {
+  std::unique_lock<std::mutex> hold;
+  if (snapshot_) hold = snapshot_->hold();
+  update_expert_bias(session_.state);
+  if (sharded_)
+    sharded_->adamw_step(adamw_, lr_.at(step), step);
+  else
+    adamw_step(session_.state, adamw_, lr_.at(step), step);
+  if (!snapshot_) return;
+  committed_run_ = run_record();
+  snapshot_->committed(step);
+}
+
+// Runs in a snapshot's child (StopSnapshot): this rank's shard of the state
+// after `step`, what save() writes at a boundary, under a temporary name of
+// its own (the rank's save of the same step may be writing too).
+void Trainer::write_snapshot(int64_t step) const {
+  const ReplicaShards mine =
+      session_.sharded ? owned_shards_of(*session_.sharded, session_.state, /*with_optimizer=*/true)
+                       : owned_shards_of(session_.state, checkpoint_layout_, comm_.rank(),
+                                         /*with_optimizer=*/true);
+  write_shard_and_index_if_complete(checkpoint_path(config_, step, /*sharded=*/true), mine.shards,
+                                    step, committed_run_.metadata(),
+                                    "snapshot-" + std::to_string(::getpid()));
 }
 
 // Forward and backward on this step's batch. With
@@ -630,6 +682,19 @@ void Trainer::save(int64_t step) const {
   comm_.set_timeout(config_.comm.train_timeout_seconds);
 }
 
+// After a stop signal every rank forks a snapshot of each step it completes
+// (StopSnapshot): when every rank's child of this step wrote its shard, the
+// last of them wrote the index, and a save would only write the same bytes
+// again, first removing that index (save_sharded_checkpoint), which a
+// SIGKILL during the save would then lose. A collective: the ranks agree.
+bool Trainer::saved_by_snapshots(int64_t step) const {
+  if (!snapshot_) return false;
+  comm_.set_timeout(config_.comm.init_timeout_seconds);  // the wait includes the child's write
+  const bool saved = comm_.min(snapshot_->wait(step) ? 1 : 0, "agreement on the stop snapshots");
+  comm_.set_timeout(config_.comm.train_timeout_seconds);
+  return saved;
+}
+
 int Trainer::finish(int64_t step, bool diverged, int signal) const {
   if (signal) {
     std::printf("interrupted by %s: stopping after step %lld\n", StopSignals::name(signal),
@@ -639,9 +704,13 @@ int Trainer::finish(int64_t step, bool diverged, int signal) const {
   // cannot cut it short.
   if (!diverged && config_.checkpoint.enable && step > start_step_ &&
       step % config_.checkpoint.interval != 0) {
-    save(step);
-    std::printf("checkpoint written to %s\n",
-                checkpoint_path(config_, step, sharded_checkpoints_).c_str());
+    // The signal may have reached other ranks only, or not yet the watcher.
+    if (signal && snapshot_) snapshot_->start();
+    const bool snapshots = saved_by_snapshots(step);
+    if (!snapshots) save(step);
+    std::printf("checkpoint written to %s%s\n",
+                checkpoint_path(config_, step, sharded_checkpoints_).c_str(),
+                snapshots ? " (by the snapshots forked at the signal)" : "");
   }
   if (data_parallel_.ranks() > 1) {
     data_parallel_.check_replicas("at the end");
@@ -730,15 +799,20 @@ void Trainer::print_profile(int64_t step) const {
 // Ctrl-C on mpirun reaches the ranks as Open MPI's SIGTERM, followed by
 // SIGKILL odls_base_sigkill_timeout seconds later (1 unless set; mpirun
 // passes --mca settings to the ranks' environment): often too little to
-// finish the step and save (README "Data parallelism over MPI").
-void note_mpirun_interrupts(const JobConfig& config, const Communicator& comm) {
-  if (comm.size() == 1 || !config.checkpoint.enable ||
+// finish the step and save, and only a run whose checkpoints are sharded
+// its own way saves without waiting (README "Data parallelism over MPI").
+void note_mpirun_interrupts(const JobConfig& config, const Communicator& comm,
+                            const Session& session) {
+  if (comm.size() == 1 || !config.checkpoint.enable || snapshots_on_signal(config, comm, session) ||
       std::getenv("OMPI_MCA_odls_base_sigkill_timeout") != nullptr)
     return;
   std::printf(
       "note: Ctrl-C on mpirun leaves the ranks 1 s between Open MPI's SIGTERM and SIGKILL to "
       "finish the step and save; for the final checkpoint, run mpirun with --mca "
-      "odls_base_sigkill_timeout S, S seconds above a step and a save\n");
+      "odls_base_sigkill_timeout S, S seconds above a step and a save%s\n",
+      own_shard_layout(comm, session)
+          ? " (or save with checkpoint.format = \"sharded\", which does not wait)"
+          : "");
 }
 
 // What validation reads and when, and its predicted peak next to the training
@@ -807,7 +881,7 @@ int run_train(const JobConfig& config, Communicator& comm) {
   if (seed_only) return leads ? write_seed_checkpoint(config, session.state) : 0;
   std::printf("dataset: %s\n", data.description.c_str());
   if (comm.size() > 1) std::printf("%s\n", describe_data_parallel(config, comm).c_str());
-  note_mpirun_interrupts(config, comm);
+  note_mpirun_interrupts(config, comm, session);
   BatchLoader loader(std::move(data.tokens), t.local_batch_size * comm.size(), t.seq_len,
                      t.dataset_path.empty() ? t.dataset : t.dataset_path);
   if (start_step > 0) {

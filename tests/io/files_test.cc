@@ -151,6 +151,33 @@ TEST_F(FilesTest, AtomicFileRemovesAStaleTemporaryAndNeverWritesThroughALink) {
   EXPECT_TRUE(fs::is_symlink(p + ".tmp"));
 }
 
+// Two writers of the same file (a rank's save and its snapshot's child):
+// each under its own temporary name, neither removing the other's.
+TEST_F(FilesTest, AtomicFileWithATagLeavesTheOtherWritersTemporary) {
+  const std::string p = path("shard");
+  AtomicFile first(p, "k");
+  first.write("first", 5);
+  {
+    AtomicFile second(p, "k", /*make_folders=*/false, "snapshot-7");
+    EXPECT_TRUE(fs::exists(p + ".snapshot-7.tmp"));
+    second.write("second", 6);
+    second.commit();
+  }
+  EXPECT_EQ(read(p), "second");
+  EXPECT_FALSE(fs::exists(p + ".snapshot-7.tmp"));
+  ASSERT_TRUE(fs::exists(p + ".tmp"));  // the first writer's, untouched
+  first.commit();
+  EXPECT_EQ(read(p), "first");
+  // A stale temporary of the tagged name is removed like the untagged one.
+  write("shard.snapshot-7.tmp", "stale");
+  {
+    AtomicFile again(p, "k", false, "snapshot-7");
+    again.write("third", 5);
+    again.commit();
+  }
+  EXPECT_EQ(read(p), "third");
+}
+
 TEST_F(FilesTest, AtomicFileNeverReplacesADeviceFifoOrLink) {
   const std::string f = fifo("pipe");
   EXPECT_NE(error_of([&] { AtomicFile a(f, "--out"); }).find("--out"), std::string::npos);

@@ -137,6 +137,31 @@ TEST_F(ShardedCheckpointTest, ConvertsToTheFileOneProcessSaves) {
   EXPECT_EQ(bytes_of_file(converted), bytes_of_file(direct));
 }
 
+// A snapshot's save, one rank at a time without a communicator: the rank
+// whose shard completes the set writes the index, the very file the
+// collective save's index is; a shard of another step completes nothing.
+TEST_F(ShardedCheckpointTest, SnapshotsWriteTheIndexOnceEveryShardOfTheStepIsInPlace) {
+  const ShardLayout layout = make_shard_layout(program_, 3);
+  const fs::path step6 = dir_ / "snapshot" / "step-6";
+  auto write_rank = [&](int r) {
+    const ReplicaShards mine = owned_shards_of(state_, layout, r, /*with_optimizer=*/true);
+    return write_shard_and_index_if_complete(step6.string(), mine.shards, 6, kRun,
+                                             "snapshot-" + std::to_string(r));
+  };
+  fs::create_directories(step6);
+  fs::copy_file(fs::path(folder()) / shard_file_name(1, 3), step6 / shard_file_name(1, 3));
+  EXPECT_FALSE(write_rank(2));
+  EXPECT_FALSE(write_rank(0));  // rank 1's file is step 5's
+  EXPECT_FALSE(fs::exists(step6 / kShardIndexName));
+  EXPECT_TRUE(write_rank(1));
+  save_as_ranks(state_, 3, (dir_ / "step-6").string(), 6);
+  EXPECT_EQ(bytes_of_file((step6 / kShardIndexName).string()),
+            bytes_of_file((dir_ / "step-6" / kShardIndexName).string()));
+  for (const auto& entry : fs::directory_iterator(step6))
+    EXPECT_FALSE(entry.path().string().ends_with(".tmp")) << entry.path();
+  EXPECT_EQ(read_checkpoint_info(step6.string()).step, 6);
+}
+
 void expect_input_error(const std::function<void()>& f, const std::string& part) {
   try {
     f();
