@@ -26,7 +26,7 @@ using B = const OpBuffers&;
 
 // A bf16 buffer travels as the same pointer (OpBuffers).
 const cpu::bf16* bf16_in(const float* p) { return reinterpret_cast<const cpu::bf16*>(p); }
-// The bf16 kernels (matmuls, and the pointwise ones on bf16 activations)
+// The bf16 kernels (matmuls, and RMSNorm's on bf16 activations)
 // accumulate only: a fresh input gradient i (rows x cols floats) is zeroed
 // for them first.
 void zero_if_fresh(B b, int64_t rows, int64_t cols, size_t i = 0) {
@@ -168,10 +168,8 @@ constexpr CpuKernels kCpuKernels[] = {
      },
      [](A a, B b) {  // saved: a, b
        if (bf16_values(b)) {
-         zero_if_fresh(b, a.rows, a.dim, 0);
-         zero_if_fresh(b, a.rows, a.dim, 1);
          cpu::silu_mul_backward_act(b.grad_output, act_in(b, 0), act_in(b, 1), a.rows * a.dim,
-                                    b.grad_inputs[0], b.grad_inputs[1]);
+                                    b.grad_inputs[0], b.grad_inputs[1], b.fresh_grad_inputs);
        } else {
          cpu::silu_mul_backward(b.grad_output, b.inputs[0], b.inputs[1], a.rows * a.dim,
                                 b.grad_inputs[0], b.grad_inputs[1], b.fresh_grad_inputs);

@@ -1,8 +1,12 @@
 // Linear, RMSNorm, embedding and RoPE: forward against direct formulas,
 // backward against finite differences, accumulation and determinism.
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "kernels/cpu/kernels.h"
@@ -163,6 +167,44 @@ TEST(Embedding, BackwardAccumulatesAndIsDeterministic) {
   embedding_backward(tokens.data(), n, g.data(), dim, vocab, d.data());
   for (size_t i = 0; i < d.size(); ++i)
     EXPECT_NEAR(d[i], 2.0f * a[i], 1e-5 * (1.0 + std::fabs(a[i])));
+}
+
+// A fresh backward into a table whose rows are pages, on 2 threads: rows no
+// token reads hold +0.0f (read-only pages, so writing one kills the
+// process), NaN, -0.0f or a stray value. True when it wrote no read-only
+// row and the table holds the bits of accumulating into a zeroed one.
+bool fresh_backward_spares_zero_rows() {
+  ThreadsGuard two(2);
+  const int64_t page = sysconf(_SC_PAGESIZE), dim = page / int64_t{sizeof(float)}, vocab = 40;
+  void* pages = mmap(nullptr, static_cast<size_t>(vocab * page), PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (pages == MAP_FAILED) return false;
+  float* table = static_cast<float*>(pages);  // zero-filled
+  table[2 * dim + 5] = std::nanf("");
+  table[5 * dim] = -0.0f;
+  table[6 * dim + dim - 1] = 1.0f;
+  table[4 * dim + 3] = 7.0f;  // a row tokens read: overwritten
+  std::vector<int32_t> tokens = {1, 4, 1, 17};
+  for (int64_t row = 0; row < vocab; ++row) {
+    const bool zero = row != 2 && row != 5 && row != 6 && row != 1 && row != 4 && row != 17;
+    if (zero && mprotect(table + row * dim, static_cast<size_t>(page), PROT_READ) != 0)
+      return false;
+  }
+  const int64_t n = tokens.size();
+  const auto g = random_vector(n * dim, 25);
+  std::vector<float> want(vocab * dim, 0.0f);
+  embedding_backward(tokens.data(), n, g.data(), dim, vocab, want.data());
+  embedding_backward(tokens.data(), n, g.data(), dim, vocab, table, /*fresh=*/1);
+  return std::memcmp(table, want.data(), want.size() * sizeof(float)) == 0;
+}
+
+// The table persists across steps and a batch reads few of its rows: a row
+// that is zero already is not rewritten every step. In a child process
+// started afresh (threadsafe style), as a write to a read-only page kills it.
+TEST(EmbeddingDeathTest, FreshBackwardWritesNoRowThatIsZeroAlready) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(std::exit(fresh_backward_spares_zero_rows() ? 0 : 1), ::testing::ExitedWithCode(0),
+              "");
 }
 
 // (The forward pass is not given the vocabulary size; its caller validates.)

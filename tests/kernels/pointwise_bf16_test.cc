@@ -4,6 +4,7 @@
 // sizes that span several chunks and end in partial ones.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -96,6 +97,26 @@ TEST(PointwiseBf16, SwigluAndAddAreTheStagedFp32Kernels) {
     EXPECT_EQ(bits(da), bits(da32)) << threads;
     EXPECT_EQ(bits(db), bits(db32)) << threads;
     EXPECT_EQ(sum, narrowed(sum32)) << threads;
+  }
+}
+
+// Fresh gradients (kernels.h) are overwritten, whatever they held, with the
+// bits of accumulating into zeros: the executor does not zero them first.
+TEST(PointwiseBf16, SwigluBackwardOverwritesFreshGradients) {
+  const int64_t n = 70001;
+  const std::vector<bf16> a = narrowed(random_vector(n, 5)), b = narrowed(random_vector(n, 6));
+  const std::vector<float> dy = random_vector(n, 7);
+  std::vector<float> da32(n, 0.0f), db32(n, 0.0f);
+  silu_mul_backward(dy.data(), widened(a).data(), widened(b).data(), n, da32.data(), db32.data());
+  for (uint32_t fresh : {0b01u, 0b10u, 0b11u}) {
+    for (int threads : {1, 2}) {
+      ThreadsGuard guard(threads);
+      std::vector<float> da(n, (fresh & 1) != 0 ? std::nanf("") : 0.0f);
+      std::vector<float> db(n, (fresh & 2) != 0 ? std::nanf("") : 0.0f);
+      silu_mul_backward_act(dy.data(), in(a), in(b), n, da.data(), db.data(), fresh);
+      EXPECT_EQ(bits(da), bits(da32)) << fresh << " " << threads;
+      EXPECT_EQ(bits(db), bits(db32)) << fresh << " " << threads;
+    }
   }
 }
 

@@ -161,7 +161,9 @@ void rmsnorm_backward_act(const float* dout, ActIn x, const float* weight, const
 void rope_forward_act(ActIn x, int64_t batch, int64_t seq, int64_t first_position, int64_t heads,
                       int64_t head_dim, double theta, ActOut out);
 void silu_mul_forward_act(ActIn a, ActIn b, int64_t n, ActOut out);
-void silu_mul_backward_act(const float* dout, ActIn a, ActIn b, int64_t n, float* da, float* db);
+// fresh: bit 0 da, bit 1 db, as silu_mul_backward (kernels.h).
+void silu_mul_backward_act(const float* dout, ActIn a, ActIn b, int64_t n, float* da, float* db,
+                           uint32_t fresh = 0);
 void add_forward_act(ActIn a, ActIn b, int64_t n, ActOut out);
 
 // Measured bf16 dot-product throughput (FLOP/s) over `threads` threads with

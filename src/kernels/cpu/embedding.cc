@@ -1,4 +1,6 @@
 // Token embedding lookup and its scatter-add backward.
+#include <bit>
+#include <cstdint>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -20,6 +22,12 @@ void check_tokens(const char* who, const int32_t* tokens, int64_t n_tokens, int6
 bool bit(const std::vector<uint64_t>& bits, int64_t i) {
   return ((bits[static_cast<size_t>(i / 64)] >> (i % 64)) & 1) != 0;
 }
+// Whether a row holds only +0.0f (all bits zero: -0.0f and NaN do not count).
+bool zero_bits(const float* row, int64_t dim) {
+  uint32_t any = 0;
+  for (int64_t c = 0; c < dim; ++c) any |= std::bit_cast<uint32_t>(row[c]);
+  return any == 0;
+}
 
 }  // namespace
 
@@ -37,7 +45,12 @@ void embedding_backward(const int32_t* tokens, int64_t n_tokens, const float* do
   check_tokens("embedding_backward", tokens, n_tokens, vocab);
   // Fresh (kernels.h): a row no token reads is zero; the first token to reach
   // a row writes it (0.0f + dout), the next ones add. `first` marks those
-  // tokens: one bit per token and per row (small next to the table).
+  // tokens: one bit per token and per row (small next to the table). A row
+  // no token reads is written only when it is not zero already: the table
+  // persists across steps and a batch reads few of its rows, so in steady
+  // state it mostly is, and reading it costs less than rewriting it. What the
+  // buffer holds is checked, not assumed: an all-reduce (data parallel) or a
+  // reused arena buffer (ZeRO-3's full gradient) puts anything there.
   const bool fresh_table = (fresh & 1) != 0;
   std::vector<uint64_t> read_rows, first;
   if (fresh_table) {
@@ -54,7 +67,7 @@ void embedding_backward(const int32_t* tokens, int64_t n_tokens, const float* do
   if (fresh_table) {
 #pragma omp parallel for schedule(static) num_threads(nt) if (vocab * dim >= detail::kParallelMin)
     for (int64_t row = 0; row < vocab; ++row)
-      if (!bit(read_rows, row))
+      if (!bit(read_rows, row) && !zero_bits(dtable + row * dim, dim))
         std::memset(dtable + row * dim, 0, sizeof(float) * static_cast<size_t>(dim));
   }
   // Parallel over blocks of columns; each column is accumulated over tokens in

@@ -44,7 +44,7 @@ bool isa_capped_at_avx2();
 void embedding_forward(const int32_t* tokens, int64_t n_tokens, const float* table, int64_t dim,
                        float* out);
 // dtable[tokens[t], :] += dout[t, :]. fresh: bit 0 dtable (rows no token
-// reads are written with zeros).
+// reads end as +0.0f; such a row already all zero bits is read, not written).
 void embedding_backward(const int32_t* tokens, int64_t n_tokens, const float* dout, int64_t dim,
                         int64_t vocab, float* dtable, uint32_t fresh = 0);
 

@@ -173,11 +173,12 @@ void silu_mul_forward_act(ActIn a, ActIn b, int64_t n, ActOut out) {
   });
 }
 
-void silu_mul_backward_act(const float* dout, ActIn a, ActIn b, int64_t n, float* da, float* db) {
+void silu_mul_backward_act(const float* dout, ActIn a, ActIn b, int64_t n, float* da, float* db,
+                           uint32_t fresh) {
   by_rows(n, 1, [&](int64_t begin, int64_t count) {
     Scratch& s = t_scratch;
     silu_mul_backward(dout + begin, widened(a, begin, count, s.a), widened(b, begin, count, s.b),
-                      count, da + begin, db + begin);
+                      count, da + begin, db + begin, fresh);
   });
 }
 
