@@ -58,6 +58,19 @@ void split_rows(int64_t total, int64_t work_per_row, Body body) {
   }
 }
 
+// The AVX-512 instantiation of the attention kernels (attention_avx512.cc),
+// for attention.cc to call when avx512_attention() holds: the CPU has
+// AVX-512F and REMAT_MAX_ISA does not cap it. Declared here, outside that
+// file's AVX-512 target region, so that the check itself is plain code.
+bool avx512_attention();
+void attention_forward_avx512(const float* q, const float* k, const float* v, int64_t batch,
+                              int64_t seq, int64_t past, int64_t heads, int64_t kv_heads,
+                              int64_t head_dim, float* out, float* lse);
+void attention_backward_avx512(const float* dout, const float* q, const float* k, const float* v,
+                               const float* lse, const float* delta, int64_t batch, int64_t seq,
+                               int64_t heads, int64_t kv_heads, int64_t head_dim, float* dq,
+                               float* dk, float* dv, uint32_t fresh);
+
 // Horizontal sum of 8 lanes in a fixed order.
 inline float hsum(__m256 v) {
   __m128 lo = _mm256_castps256_ps128(v);
