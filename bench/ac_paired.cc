@@ -44,6 +44,20 @@ struct Options {
   std::vector<std::string> overrides;
 };
 
+// A whole decimal number of steps, or InputError naming the flag.
+int64_t count(const std::string& flag, const std::string& value) {
+  size_t used = 0;
+  int64_t n = -1;
+  try {
+    n = std::stoll(value, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != value.size() || n < 0 || n > 1000000)
+    throw InputError(flag + " \"" + value + "\": expected a whole number from 0 to 1000000");
+  return n;
+}
+
 Options parse_options(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
@@ -55,9 +69,9 @@ Options parse_options(int argc, char** argv) {
     } else if (arg == "--mode") {
       o.mode = value;
     } else if (arg == "--steps") {
-      o.steps = std::stoll(value);
+      o.steps = count(arg, value);
     } else if (arg == "--warmup") {
-      o.warmup = std::stoll(value);
+      o.warmup = count(arg, value);
     } else {
       o.overrides.push_back(arg);
       o.overrides.push_back(value);
