@@ -8,6 +8,7 @@ Python does for a script's own folder).
 
 import os
 import subprocess
+import sys
 import time
 
 # Tests run as root in CI and on fewer cores than ranks.
@@ -63,3 +64,14 @@ def rank_pid(mpirun_pid, rank, deadline):
                 return int(pid)
         time.sleep(0.1)
     raise RuntimeError(f"rank {rank} of mpirun {mpirun_pid} not found")
+
+
+def main_guarded(main):
+    """Runs a script's main() as its exit status; a command that failed or
+    timed out (run() raised) is a test failure with its message, exit 1,
+    instead of a traceback."""
+    try:
+        sys.exit(main())
+    except (RuntimeError, subprocess.TimeoutExpired) as e:
+        print(f"FAIL: {e}")
+        sys.exit(1)

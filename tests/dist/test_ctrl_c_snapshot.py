@@ -34,7 +34,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.dont_write_bytecode = True
-from mpi_kit import MPIRUN, check, failures, run  # noqa: E402
+from mpi_kit import MPIRUN, check, failures, main_guarded, run  # noqa: E402
 
 # Steps of a few seconds on one thread per rank (seq 256 x batch 8 per rank),
 # well above the 1 s between Open MPI's SIGTERM and SIGKILL. The learning
@@ -172,8 +172,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except (RuntimeError, subprocess.TimeoutExpired) as e:
-        print(f"FAIL: {e}")
-        sys.exit(1)
+    main_guarded(main)

@@ -26,7 +26,6 @@ Exit 0 only if everything holds.
 import json
 import os
 import re
-import subprocess
 import sys
 import tempfile
 
@@ -35,7 +34,7 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.join(REPO, "tests", "oracle"))
 import test_llama3_oracle as oracle  # noqa: E402  (its model, and it checks torch)
-from mpi_kit import MPIRUN, check, failures, output, rel, worst  # noqa: E402
+from mpi_kit import MPIRUN, check, failures, main_guarded, output, rel, worst  # noqa: E402
 
 TOL = 1e-5
 STEPS = 5
@@ -140,8 +139,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except (RuntimeError, subprocess.TimeoutExpired) as e:
-        print(f"FAIL: {e}")
-        sys.exit(1)
+    main_guarded(main)

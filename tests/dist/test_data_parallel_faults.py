@@ -35,7 +35,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 CONFIG = os.path.join(REPO, "configs", "llama3_debug.toml")
 sys.dont_write_bytecode = True
-from mpi_kit import MPIRUN, check, failures, rank_pid  # noqa: E402
+from mpi_kit import MPIRUN, check, failures, main_guarded, rank_pid  # noqa: E402
 
 
 def train_args(remat, tmp, *extra):
@@ -162,8 +162,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except (RuntimeError, subprocess.TimeoutExpired) as e:
-        print(f"FAIL: {e}")
-        sys.exit(1)
+    main_guarded(main)

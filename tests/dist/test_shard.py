@@ -42,7 +42,7 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.join(REPO, "tests", "oracle"))
 import test_llama3_oracle as oracle  # noqa: E402  (its model, and it checks torch)
-from mpi_kit import MPIRUN, check, failures, output, rel, worst  # noqa: E402
+from mpi_kit import MPIRUN, check, failures, main_guarded, output, rel, worst  # noqa: E402
 
 STEPS = 5
 COMMON = ["--training.seq_len", "64", "--training.steps", str(STEPS), "--training.threads", "1",
@@ -173,8 +173,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except (RuntimeError, subprocess.TimeoutExpired) as e:
-        print(f"FAIL: {e}")
-        sys.exit(1)
+    main_guarded(main)

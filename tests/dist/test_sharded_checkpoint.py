@@ -49,7 +49,7 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.join(REPO, "tests", "oracle"))
 import test_llama3_oracle as oracle  # noqa: E402  (its model, and it checks torch)
-from mpi_kit import MPIRUN, check, failures, rank_pid, rel, run  # noqa: E402
+from mpi_kit import MPIRUN, check, failures, main_guarded, rank_pid, rel, run  # noqa: E402
 
 TOL = 1e-5
 COMMON = ["--training.seq_len", "64", "--training.threads", "1", "--metrics.log_freq", "1",
@@ -349,8 +349,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except (RuntimeError, subprocess.TimeoutExpired) as e:
-        print(f"FAIL: {e}")
-        sys.exit(1)
+    main_guarded(main)
