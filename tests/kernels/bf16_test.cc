@@ -96,7 +96,10 @@ std::vector<Bf16Gemm> available() {
 // first order), which each element is held to. A wrong index or a lost
 // k-block errs by O(1).
 TEST(Bf16Gemm, MatchesFp64ReferenceInEveryLayout) {
-  const int64_t shapes[][3] = {{1, 1, 1}, {13, 33, 7}, {40, 70, 513}, {97, 31, 300}};
+  // oneDNN's cut (gemm_onednn.h): ragged blocks padded in M and K, several
+  // blocks along both in the last shape.
+  const int64_t shapes[][3] = {
+      {1, 1, 1}, {13, 33, 7}, {40, 70, 513}, {97, 31, 300}, {300, 20, 700}};
   for (Bf16Gemm gemm : available()) {
     for (const auto& s : shapes) {
       const int64_t m = s[0], n = s[1], k = s[2];
@@ -179,6 +182,66 @@ TEST(Bf16Gemm, FreshWritesTheBitsOfAccumulatingIntoZeros) {
     gemm_bf16_prepared(false, m, a.data(), k, prepared, CWrite::kFresh, fresh.data(), n);
     EXPECT_EQ(std::memcmp(zeroed.data(), fresh.data(), zeroed.size() * sizeof(float)), 0)
         << to_string(gemm);
+  }
+}
+
+// The fresh write maps a -0 sum to +0 inside oneDNN's kernel (its linear
+// post-op): k products of -2^-140 sum below fp32's smallest normal, which
+// vdpbf16ps flushes to -0; overwriting keeps that -0, a fresh write may not.
+// One call of an exact block shape, and one padded in M and K (3 x 100 run
+// as 16 x 112).
+TEST(Bf16Gemm, OnednnFreshTurnsANegativeZeroSumIntoPositiveZero) {
+  if (!detail::onednn_bf16_available()) GTEST_SKIP() << "no oneDNN bf16 matmul on this CPU";
+  // A as stored and transposed (a weight gradient's x^T: gemm:jit, not brgemm).
+  for (const int64_t m : {16, -16, 3}) {
+    const bool ta = m < 0;
+    const int64_t rows = ta ? -m : m, n = 32, k = rows == 16 ? 512 : 100;
+    std::vector<bf16> a = random_bf16(rows * k, 6), b = random_bf16(k * n, 7);
+    for (int64_t p = 0; p < k; ++p) {
+      a[ta ? p * rows : p] = to_bf16(-0x1p-70f);
+      b[p * n] = to_bf16(0x1p-70f);
+    }
+    std::vector<float> over(rows * n, 1.0f);
+    std::vector<float> fresh(rows * n, std::numeric_limits<float>::quiet_NaN());
+    const int64_t lda = ta ? rows : k;
+    detail::gemm_onednn(ta, false, rows, n, k, a.data(), lda, b.data(), n, CWrite::kOverwrite,
+                        over.data(), n);
+    detail::gemm_onednn(ta, false, rows, n, k, a.data(), lda, b.data(), n, CWrite::kFresh,
+                        fresh.data(), n);
+    // The exact shapes make the -0 (the padded one, run with zero products
+    // in its k pairs, happens to give +0 already).
+    if (rows == 16) {
+      ASSERT_TRUE(over[0] == 0.0f && std::signbit(over[0])) << "m " << m << ": " << over[0];
+    }
+    EXPECT_TRUE(fresh[0] == 0.0f && !std::signbit(fresh[0])) << "m " << m << ": " << fresh[0];
+    for (int64_t i = 1; i < rows * n; ++i) ASSERT_EQ(fresh[i], over[i]) << "m " << m << " i " << i;
+  }
+}
+
+// However rows and k-values come (an MoE expert's count changes every step),
+// oneDNN's primitives are a few block shapes per layout: a sweep of every
+// row count up to 600 creates at most 14 (blocks of 16, .., 128, 192, .., 448
+// and 512 rows), one of every k at most 20 (the same 14, and 16, .., 96 as a
+// block added onto the first 512), and a second sweep none. One primitive
+// per exact shape would make 600 each.
+TEST(Bf16Gemm, OnednnPrimitivesAreFewWhateverTheShape) {
+  if (!detail::onednn_bf16_available()) GTEST_SKIP() << "no oneDNN bf16 matmul on this CPU";
+  const int64_t most = 600, n = 48, fixed = 40;
+  const std::vector<bf16> a = random_bf16(most * most, 8), b = random_bf16(most * n, 9);
+  std::vector<float> c(most * n);
+  auto sweep = [&](bool rows) {
+    const int64_t before = detail::onednn_primitives_created();
+    for (int64_t s = 1; s <= most; ++s) {
+      const int64_t m = rows ? s : fixed, k = rows ? fixed : s;
+      // A transposed, as a weight gradient's x^T whose k is the token count.
+      detail::gemm_onednn(!rows, false, m, n, k, a.data(), rows ? k : m, b.data(), n,
+                          CWrite::kOverwrite, c.data(), n);
+    }
+    return detail::onednn_primitives_created() - before;
+  };
+  for (const bool rows : {true, false}) {
+    EXPECT_LE(sweep(rows), rows ? 14 : 20) << (rows ? "rows" : "k");
+    EXPECT_EQ(sweep(rows), 0) << (rows ? "rows" : "k");
   }
 }
 

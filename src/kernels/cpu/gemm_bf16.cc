@@ -169,11 +169,6 @@ void zero_c(int64_t m, int64_t n, float* c, int64_t ldc) {
   for (int64_t i = 0; i < m; ++i) std::memset(c + i * ldc, 0, sizeof(float) * n);
 }
 
-void add_positive_zero(int64_t m, int64_t n, float* c, int64_t ldc) {
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t j = 0; j < n; ++j) c[i * ldc + j] += 0.0f;
-}
-
 constexpr int64_t kPanelWords = kKc / 2 * kNr;  // one packed B panel, padded to a full block
 
 int64_t panels_of(int64_t n) { return (n + kNr - 1) / kNr; }
@@ -313,11 +308,7 @@ void gemm_bf16_prepared(bool trans_a, int64_t m, const bf16* a, int64_t lda, con
     return;
   }
   if (b.gemm == Bf16Gemm::kOnednn) {
-    detail::gemm_onednn(trans_a, b.trans, m, b.n, b.k, a, lda, b.source, b.ld,
-                        write == CWrite::kAccumulate ? 1.0f : 0.0f, c, ldc);
-    // Accumulating into zeros turns a -0 product into +0; adding +0 to the
-    // overwritten C gives those bits without reading what C held before.
-    if (write == CWrite::kFresh) add_positive_zero(m, b.n, c, ldc);
+    detail::gemm_onednn(trans_a, b.trans, m, b.n, b.k, a, lda, b.source, b.ld, write, c, ldc);
   } else if (b.gemm == Bf16Gemm::kNative) {
     gemm_native(trans_a, m, a, lda, b, write, c, ldc);
   } else {

@@ -1,9 +1,11 @@
-// gemm_onednn (gemm_onednn.h): cached oneDNN matmul primitives run on one
-// thread each.
+// gemm_onednn (gemm_onednn.h): cached oneDNN matmul primitives of a few
+// block shapes, run on one thread each.
 #include "kernels/cpu/gemm_onednn.h"
 
 #include <omp.h>
 
+#include <atomic>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -39,9 +41,10 @@ const dnnl::engine& cpu_engine() {
 }
 
 struct Shape {
-  bool trans_a, trans_b, accumulate;
+  bool trans_a, trans_b;
+  CWrite write;
   int64_t m, n, k, lda, ldb, ldc;
-  auto tie() const { return std::tie(trans_a, trans_b, accumulate, m, n, k, lda, ldb, ldc); }
+  auto tie() const { return std::tie(trans_a, trans_b, write, m, n, k, lda, ldb, ldc); }
   bool operator<(const Shape& o) const { return tie() < o.tie(); }
 };
 
@@ -59,23 +62,28 @@ memory::desc matrix(int64_t rows, int64_t cols, bool trans, int64_t ld, memory::
 dnnl::matmul::primitive_desc describe(const Shape& s) {
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  if (s.accumulate) {  // C += the product, added in fp32
-    dnnl::post_ops ops;
-    ops.append_sum(1.0f);
-    attr.set_post_ops(ops);
-  }
+  dnnl::post_ops ops;
+  if (s.write == CWrite::kAccumulate) ops.append_sum(1.0f);  // C += the product, added in fp32
+  // Fresh: the bits of accumulating into zeros, where a -0 product (a tiny
+  // negative sum vdpbf16ps flushes) becomes +0. 1 * x + 0 in the kernel's
+  // epilogue does exactly that and leaves every other value as it is,
+  // instead of another pass over C.
+  if (s.write == CWrite::kFresh) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_linear, 1, 0);
+  attr.set_post_ops(ops);
   const memory::desc a = matrix(s.m, s.k, s.trans_a, s.lda, memory::data_type::bf16);
   const memory::desc b = matrix(s.k, s.n, s.trans_b, s.ldb, memory::data_type::bf16);
   const memory::desc c = matrix(s.m, s.n, false, s.ldc, memory::data_type::f32);
   return {dnnl::matmul::desc(a, b, c), attr, cpu_engine()};
 }
 
+std::atomic<int64_t> created{0};
+
 // The primitive for `s`, created on first use (under the lock: creation
-// JIT-compiles kernels) and kept. The dense linears' shapes are a handful
-// per model; an MoE's expert token counts change every step and bring new
-// ones, so the cache is emptied when it passes kMaxPrimitives (oneDNN's own
-// default cache capacity): a bound on its memory, where callers still
-// running an evicted primitive hold it by their reference.
+// JIT-compiles kernels) and kept. gemm_onednn asks for a few block shapes
+// per layout, so the cache stays small; emptying it past kMaxPrimitives
+// (oneDNN's own default cache capacity) only bounds its memory should
+// callers bring many layouts, and callers still running an evicted
+// primitive hold it by their reference.
 std::shared_ptr<const Matmul> matmul_for(const Shape& s) {
   constexpr size_t kMaxPrimitives = 1024;
   static std::mutex mutex;
@@ -88,32 +96,15 @@ std::shared_ptr<const Matmul> matmul_for(const Shape& s) {
     const dnnl::matmul::primitive_desc pd = describe(s);
     auto made = std::make_shared<const Matmul>(Matmul{
         pd.src_desc(), pd.weights_desc(), pd.dst_desc(), pd.scratchpad_desc(), dnnl::matmul(pd)});
+    created.fetch_add(1, std::memory_order_relaxed);
     it = cache.emplace(s, std::move(made)).first;
   }
   return it->second;
 }
 
-}  // namespace
-
-bool onednn_bf16_available() {
-  static const bool available = [] {
-    if (!cpu_has_avx512_bf16()) return false;
-    try {
-      const OneOmpThread one;
-      const std::string impl =
-          describe({false, false, false, 32, 32, 32, 32, 32, 32}).impl_info_str();
-      return impl.rfind("ref", 0) != 0;
-    } catch (const dnnl::error&) {
-      return false;
-    }
-  }();
-  return available;
-}
-
-void gemm_onednn(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const bf16* a,
-                 int64_t lda, const bf16* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  const std::shared_ptr<const Matmul> mm =
-      matmul_for({trans_a, trans_b, beta != 0.0f, m, n, k, lda, ldb, ldc});
+// One primitive call of shape `s` on the calling thread.
+void run(const Shape& s, const bf16* a, const bf16* b, float* c) {
+  const std::shared_ptr<const Matmul> mm = matmul_for(s);
   thread_local std::vector<uint8_t> scratch;
   thread_local dnnl::stream stream(cpu_engine());
   const dnnl::engine& engine = cpu_engine();
@@ -128,6 +119,118 @@ void gemm_onednn(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, co
   const OneOmpThread one;
   mm->primitive.execute(stream, args);
   stream.wait();
+}
+
+// x[rows, cols] (row stride ld) into out[rows_out, cols_out], dense, the
+// rest zero: products of padded k-values are 0 * 0, padded rows are dropped.
+void copy_padded(const bf16* x, int64_t ld, int64_t rows, int64_t cols, int64_t rows_out,
+                 int64_t cols_out, std::vector<bf16>& out) {
+  out.assign(static_cast<size_t>(rows_out * cols_out), 0);
+  for (int64_t r = 0; r < rows; ++r)
+    std::memcpy(out.data() + r * cols_out, x + r * ld, sizeof(bf16) * cols);
+}
+
+// op(B)'s k-block as run: where it is, or a zero-padded copy of it.
+struct BlockB {
+  const bf16* data;
+  int64_t ld;
+};
+
+BlockB block_b(bool trans_b, int64_t n, Block kb, const bf16* b, int64_t ldb) {
+  if (kb.padded == kb.size) return {b, ldb};
+  thread_local std::vector<bf16> copy;
+  if (trans_b) {  // stored [n, k]
+    copy_padded(b, ldb, n, kb.size, n, kb.padded, copy);
+    return {copy.data(), kb.padded};
+  }
+  copy_padded(b, ldb, kb.size, n, kb.padded, n, copy);
+  return {copy.data(), n};
+}
+
+// C[mb, n] (+)= op(A)[mb, kb] @ B as one primitive call of the padded
+// shape: A, and C where the rows are padded, go through zero-padded copies.
+void run_block(bool trans_a, bool trans_b, Block mb, int64_t n, Block kb, const bf16* a,
+               int64_t lda, BlockB b, CWrite write, float* c, int64_t ldc) {
+  if (mb.padded == mb.size && kb.padded == kb.size) {
+    run({trans_a, trans_b, write, mb.size, n, kb.size, lda, b.ld, ldc}, a, b.data, c);
+    return;
+  }
+  thread_local std::vector<bf16> a_copy;
+  thread_local std::vector<float> c_copy;
+  if (trans_a) {  // stored [k, m]
+    copy_padded(a, lda, kb.size, mb.size, kb.padded, mb.padded, a_copy);
+  } else {
+    copy_padded(a, lda, mb.size, kb.size, mb.padded, kb.padded, a_copy);
+  }
+  const int64_t a_ld = trans_a ? mb.padded : kb.padded;
+  if (mb.padded == mb.size) {
+    run({trans_a, trans_b, write, mb.size, n, kb.padded, a_ld, b.ld, ldc}, a_copy.data(), b.data,
+        c);
+    return;
+  }
+  c_copy.resize(static_cast<size_t>(mb.padded * n));
+  if (write == CWrite::kAccumulate) {
+    for (int64_t r = 0; r < mb.size; ++r)
+      std::memcpy(c_copy.data() + r * n, c + r * ldc, sizeof(float) * n);
+  }
+  run({trans_a, trans_b, write, mb.padded, n, kb.padded, a_ld, b.ld, n}, a_copy.data(), b.data,
+      c_copy.data());
+  for (int64_t r = 0; r < mb.size; ++r)
+    std::memcpy(c + r * ldc, c_copy.data() + r * n, sizeof(float) * n);
+}
+
+}  // namespace
+
+Block next_block(int64_t rest) {
+  // Whole blocks of 128 rows or more are never padded: 64-row steps up to
+  // 512 (the dense linears' row chunks and weight-gradient rows are such
+  // sizes, so their calls stay one block), then powers of two. Only a last
+  // block under 128 is rounded up, by at most 15 rows of padding.
+  constexpr int64_t kGrain = 16, kWhole = 128, kStep = 64, kLarge = 512;
+  if (rest >= kLarge) {
+    int64_t size = kLarge;
+    while (size <= rest / 2) size *= 2;
+    return {size, size};
+  }
+  if (rest >= kWhole) {
+    const int64_t size = rest / kStep * kStep;
+    return {size, size};
+  }
+  return {rest, (rest + kGrain - 1) / kGrain * kGrain};
+}
+
+int64_t onednn_primitives_created() { return created.load(std::memory_order_relaxed); }
+
+bool onednn_bf16_available() {
+  static const bool available = [] {
+    if (!cpu_has_avx512_bf16()) return false;
+    try {
+      const OneOmpThread one;
+      const std::string impl =
+          describe({false, false, CWrite::kOverwrite, 32, 32, 32, 32, 32, 32}).impl_info_str();
+      return impl.rfind("ref", 0) != 0;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return available;
+}
+
+void gemm_onednn(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const bf16* a,
+                 int64_t lda, const bf16* b, int64_t ldb, CWrite write, float* c, int64_t ldc) {
+  // K blocks in order, each added onto what the ones before it wrote.
+  for (int64_t p0 = 0; p0 < k;) {
+    const Block kb = next_block(k - p0);
+    const BlockB b_block = block_b(trans_b, n, kb, trans_b ? b + p0 : b + p0 * ldb, ldb);
+    const CWrite block_write = p0 == 0 ? write : CWrite::kAccumulate;
+    for (int64_t i0 = 0; i0 < m;) {
+      const Block mb = next_block(m - i0);
+      const bf16* a_block = trans_a ? a + p0 * lda + i0 : a + i0 * lda + p0;
+      run_block(trans_a, trans_b, mb, n, kb, a_block, lda, b_block, block_write, c + i0 * ldc, ldc);
+      i0 += mb.size;
+    }
+    p0 += kb.size;
+  }
 }
 
 }  // namespace remat::cpu::detail

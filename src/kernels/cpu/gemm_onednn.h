@@ -10,6 +10,16 @@
 // the calling thread's OpenMP thread count set to 1, so a call is one
 // sequential matmul whose arithmetic depends only on its shape, and the
 // linear layers run one call per fixed row chunk, as for the native kernel.
+//
+// The primitives are few whatever the shapes asked for (issue 11): an MoE
+// expert's row count changes every step, and one primitive per exact shape
+// kept oneDNN creating (JIT-compiling, faulting in) new ones in steady state.
+// A call is cut, along M and along K, into blocks of a few fixed sizes
+// (next_block below), the last one zero-padded up to a multiple of 16 in
+// scratch copies where it is ragged; K blocks add into C in order. So a
+// layout takes a dozen M sizes and a dozen K sizes, and up to 2^j * 512 for
+// long dimensions: the cut is a function of the shape only, so bits stay
+// independent of the thread count and of which shapes came before.
 #pragma once
 
 #include <cstdint>
@@ -22,11 +32,24 @@ namespace remat::cpu::detail {
 // implementation on this CPU (false under REMAT_MAX_ISA=avx2).
 bool onednn_bf16_available();
 
-// C[m, n] = beta * C + op(A)[m, k] @ op(B)[k, n] (beta 0 or 1) as one
-// single-threaded oneDNN matmul; the layouts of gemm_bf16. oneDNN's
-// scratchpad is the calling thread's buffer (kernel scratch, outside the
-// allocator's books like the native kernel's packing buffers).
+// C[m, n] (+)= op(A)[m, k] @ op(B)[k, n] as single-threaded oneDNN matmuls,
+// C written as `write` says (bf16.h); the layouts of gemm_bf16. oneDNN's
+// scratchpad and the padded copies are the calling thread's buffers (kernel
+// scratch, outside the allocator's books like the native kernel's packing
+// buffers).
 void gemm_onednn(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const bf16* a,
-                 int64_t lda, const bf16* b, int64_t ldb, float beta, float* c, int64_t ldc);
+                 int64_t lda, const bf16* b, int64_t ldb, CWrite write, float* c, int64_t ldc);
+
+// The next block gemm_onednn cuts from the `rest` rows (or k-values) of a
+// dimension it has not run yet: `size` of them, run as `padded` (size
+// rounded up to a multiple of 16, zero-padded, where it is a ragged last
+// block). Sizes: 16, 32, .., 128, 192, 256, .., 448 and 512 * 2^j.
+struct Block {
+  int64_t size, padded;
+};
+Block next_block(int64_t rest);
+
+// How many primitives gemm_onednn has created in this process (tests).
+int64_t onednn_primitives_created();
 
 }  // namespace remat::cpu::detail
