@@ -10,7 +10,10 @@ it, against the measured fp32 FMA peak), the op-AC slowdown (tokens/s of none
 (from `remat plan --json`, the schedule the run follows) and the margin
 against the target (slowdown <= share + 2 points), and the CPU seconds per
 step of each run (user + system of the child, less sensitive to other load
-than wall time, though OpenMP's spin-waiting counts in it).
+than wall time, though OpenMP's spin-waiting counts in it). With --env
+NAME=VALUE (repeatable), this tree's binary runs once per setting in turn
+inside every round instead of once, e.g. REMAT_FP32_GEMM=openblas against
+REMAT_FP32_GEMM=onednn.
 
 Figures use the upper decile of the timed steps' tokens/s (the steps least
 disturbed by other processes) and also show the median. Prints a table; with
@@ -20,7 +23,8 @@ host's drift moves by several points; bench/op_ac_overhead.py pairs steps
 inside one process and is the measure to judge that target by.
 
 Usage: /usr/bin/python3 bench/efficiency.py [--remat build/remat]
-           [--baseline OTHER/remat] [--steps 6] [--rounds 2] [--models llama3,llama4,wide] [--write]
+           [--baseline OTHER/remat] [--env NAME=VALUE ...] [--steps 6] [--rounds 2]
+           [--models llama3,llama4,wide] [--write]
 """
 import argparse
 import json
@@ -52,8 +56,9 @@ def upper_decile(values):
     return values[min(len(values) - 1, int(0.9 * len(values)))]
 
 
-def train(remat, model, ac, steps, tmp):
-    """Timed steps' tokens/s and MFU, and the child's CPU seconds per step."""
+def train(remat, model, ac, steps, tmp, env=None):
+    """Timed steps' tokens/s and MFU, and the child's CPU seconds per step;
+    `env`: variables set for the child on top of this environment."""
     metrics = os.path.join(tmp, "m.jsonl")
     if os.path.exists(metrics):
         os.remove(metrics)
@@ -61,7 +66,8 @@ def train(remat, model, ac, steps, tmp):
     subprocess.run([remat, "train", *model, *ac, "--training.steps", str(steps + WARMUP),
                     "--metrics.log_freq", "1", "--metrics.jsonl_path", metrics,
                     "--job.dump_folder", tmp, "--training.threads", "2",
-                    "--validation.enabled", "false"], check=True, capture_output=True)
+                    "--validation.enabled", "false"], check=True, capture_output=True,
+                   env={**os.environ, **(env or {})})
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     rows = [json.loads(line) for line in open(metrics)][WARMUP:]
@@ -78,17 +84,23 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--remat", default="build/remat")
     parser.add_argument("--baseline", help="a second remat binary, measured in alternation")
+    parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                        help="run this tree's binary once per setting, in alternation")
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--models", default="llama3,llama4,wide")
     parser.add_argument("--write", action="store_true",
                         help="replace BENCHMARKS.md's efficiency section (not with --baseline)")
     args = parser.parse_args()
-    if args.write and args.baseline:
-        parser.error("--write reports this tree only; drop --baseline")
-    binaries = {"this": args.remat}
+    if args.write and (args.baseline or args.env):
+        parser.error("--write reports this tree only; drop --baseline and --env")
+    if any("=" not in e for e in args.env):
+        parser.error("--env takes NAME=VALUE")
+    binaries = {"this": (args.remat, {})}
+    if args.env:
+        binaries = {e: (args.remat, dict([e.split("=", 1)])) for e in args.env}
     if args.baseline:
-        binaries = {"baseline": args.baseline, **binaries}
+        binaries = {"baseline": (args.baseline, {}), **binaries}
     load_before = os.getloadavg()[0]
     print(f"{machine()}, 2 threads, 1-minute load average {load_before:.1f} at the start; "
           f"{args.rounds} interleaved rounds of {args.steps} timed steps after {WARMUP} warm-up")
@@ -103,8 +115,8 @@ def main():
             runs = {b: {"none": ([], [], []), "op": ([], [], [])} for b in binaries}
             for _ in range(args.rounds):
                 for ac_name, ac in (("none", NONE), ("op", OP)):
-                    for b, remat in binaries.items():
-                        tps, mfu, cpu = train(remat, model, ac, args.steps, tmp)
+                    for b, (remat, env) in binaries.items():
+                        tps, mfu, cpu = train(remat, model, ac, args.steps, tmp, env)
                         runs[b][ac_name][0].extend(tps)
                         runs[b][ac_name][1].extend(mfu)
                         runs[b][ac_name][2].append(cpu)

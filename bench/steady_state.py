@@ -24,8 +24,14 @@ tree's, interleaved, over
 --rounds rounds (the median per step is reported). With --write, replaces
 the "steady_state" section of BENCHMARKS.md.
 
+--before-env and --after-env NAME=VALUE (repeatable) set variables for one
+binary's runs alone, so one binary can be compared with itself, e.g.
+--before build/remat --before-env REMAT_FP32_GEMM=openblas --after-env
+REMAT_FP32_GEMM=onednn.
+
 Usage: /usr/bin/python3 bench/steady_state.py [--remat build/remat]
-       [--before ../wt-before/build/remat] [--steps 4] [--rounds 3] [--bf16]
+       [--before ../wt-before/build/remat] [--before-env NAME=VALUE]
+       [--after-env NAME=VALUE] [--steps 4] [--rounds 3] [--bf16]
        [--models llama3,llama4] [--modes none,op] [--write]
 """
 import argparse
@@ -161,15 +167,16 @@ def parse_memsets(path):
     return calls, callers
 
 
-def train(remat, args, steps, shim, use_perf, tmp):
-    """One process of `steps` steps: its counters and memsets by caller."""
+def train(remat, args, steps, shim, use_perf, tmp, env=()):
+    """One process of `steps` steps: its counters and memsets by caller;
+    `env`: NAME=VALUE settings for remat."""
     out = os.path.join(tmp, "memsets.tsv")
     stat = os.path.join(tmp, "perf.csv")
     for path in (out, stat):
         if os.path.exists(path):
             os.remove(path)
     # env(1) sets the preload for remat alone, not for perf.
-    command = ["env", f"LD_PRELOAD={shim}", f"MEMSET_COUNT_OUT={out}", remat, "train", *args,
+    command = ["env", *env, f"LD_PRELOAD={shim}", f"MEMSET_COUNT_OUT={out}", remat, "train", *args,
                "--training.steps", str(steps), "--job.dump_folder", tmp]
     if use_perf:
         subprocess.run(["perf", "stat", "-e", EVENTS, "-x,", "-o", stat, "--", *command],
@@ -261,6 +268,7 @@ def run_all(args, shim, use_perf, tmp):
     setups = [(f"{f} debug", mode, p) for f in families for mode in modes for p in precisions]
     # Absolute paths: the shim names the executable as it was started.
     binaries = {"before": os.path.abspath(args.before), "after": os.path.abspath(args.remat)}
+    envs = {"before": args.before_env, "after": args.after_env}
     samples = collections.defaultdict(list)
     failed = set()
     for _ in range(args.rounds):
@@ -272,8 +280,8 @@ def run_all(args, shim, use_perf, tmp):
                 if key in failed or (label == "before" and precision != "float32"):
                     continue
                 try:
-                    short = train(remat, common, args.steps, shim, use_perf, tmp)
-                    long = train(remat, common, 2 * args.steps, shim, use_perf, tmp)
+                    short = train(remat, common, args.steps, shim, use_perf, tmp, envs[label])
+                    long = train(remat, common, 2 * args.steps, shim, use_perf, tmp, envs[label])
                 except subprocess.CalledProcessError:
                     failed.add(key)  # e.g. the before binary without bf16 training
                     continue
@@ -290,7 +298,8 @@ def report(setups, results, args, use_perf, load):
     lines = [f"Per steady-state step: (counters of a {2 * args.steps}-step run - those of a "
              f"{args.steps}-step run) / {args.steps}, median of {args.rounds} round(s); "
              f"faults from {source}, memsets from a counting LD_PRELOAD shim. "
-             f"before = `{args.before}`, after = `{args.remat}`. "
+             f"before = `{' '.join([*args.before_env, args.before])}`, "
+             f"after = `{' '.join([*args.after_env, args.remat])}`. "
              f"Machine: {machine()}, load average {load:.2f} at the start.", "",
              "`noise`: the spread of the S-step runs' page faults over the rounds, / S "
              "(start-up does not fault the same number of pages every run); a per-step "
@@ -332,6 +341,8 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--remat", default="build/remat")
     parser.add_argument("--before", default="../wt-before/build/remat")
+    parser.add_argument("--before-env", action="append", default=[], metavar="NAME=VALUE")
+    parser.add_argument("--after-env", action="append", default=[], metavar="NAME=VALUE")
     parser.add_argument("--steps", type=int, default=4, help="S: runs of S and 2S steps")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--callers", type=int, default=4, help="callers listed per setup")

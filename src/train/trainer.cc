@@ -25,6 +25,7 @@
 #include "io/shard_index.h"
 #include "io/tokenizer.h"
 #include "kernels/cpu/bf16.h"
+#include "kernels/cpu/gemm_fp32.h"
 #include "kernels/cpu/kernels.h"
 #include "planner/plan_command.h"
 #include "planner/setup.h"
@@ -302,6 +303,7 @@ DevicePeak device_peak(const JobConfig& config, int threads, bool bf16) {
   std::printf("device: CPU, %d threads, peak %.1f GFLOP/s %s (%s), memory %s\n", threads,
               peak.flops / 1e9, bf16_dots ? "bf16" : "fp32", peak.source.c_str(),
               format_bytes(physical_memory_bytes()).c_str());
+  std::printf("fp32 matmuls on %s\n", cpu::to_string(cpu::fp32_gemm()));
   if (bf16) {
     std::printf(
         "mixed precision: bf16 compute and activations, fp32 master weights, gradients "

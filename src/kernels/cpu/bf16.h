@@ -14,7 +14,8 @@
 //    fastest (bench/bf16_gemm_libraries.cc), run single-threaded per call;
 //  - native: AVX512-BF16 dot products (vdpbf16ps: two bf16 products added
 //    into an fp32 lane), a packed register-blocked kernel of our own;
-//  - fallback: the operands widened to fp32 (exactly) and OpenBLAS sgemm.
+//  - fallback: the operands widened to fp32 (exactly) and the fp32 GEMM
+//    (gemm_fp32.h: OpenBLAS sgemm or oneDNN's f32 matmul).
 // REMAT_BF16_KERNEL=onednn|native|fallback forces one (onednn or native on
 // a CPU without avx512_bf16 is an error); otherwise onednn where the CPU has
 // avx512_bf16 and oneDNN a bf16 matmul for it, else native where the CPU has
@@ -28,6 +29,8 @@
 
 #include <cstdint>
 #include <vector>
+
+#include "kernels/cpu/gemm_write.h"
 
 namespace remat::cpu {
 
@@ -89,11 +92,8 @@ struct PreparedB {
 };
 void prepare_b(Bf16Gemm gemm, bool trans_b, int64_t k, int64_t n, const bf16* b, int64_t ldb,
                PreparedB& out);
-// How a gemm writes C: C = product (beta 0), C += product (beta 1), or
-// fresh: the bits C += product gives on a zeroed C, without reading C (not
-// always beta 0's: the native kernel flushes a tiny negative sum to -0,
-// which 0 + -0 turns into +0).
-enum class CWrite { kOverwrite, kAccumulate, kFresh };
+// How the gemm writes C (gemm_write.h). The native kernel flushes a tiny
+// negative sum to -0, so its fresh write is not beta 0's.
 // C[m, n] (+)= op(A) @ B on the calling thread (A as in gemm_bf16).
 void gemm_bf16_prepared(bool trans_a, int64_t m, const bf16* a, int64_t lda, const PreparedB& b,
                         CWrite write, float* c, int64_t ldc);

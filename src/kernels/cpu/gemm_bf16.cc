@@ -8,7 +8,6 @@
 // accumulators (24 zmm) takes one broadcast A pair and two B vectors per k pair. Each output
 // element sums its k-blocks in order, each block's pairs in order: the
 // result depends only on the shape.
-#include <cblas.h>
 #include <immintrin.h>
 
 #include <algorithm>
@@ -19,6 +18,7 @@
 
 #include "core/error.h"
 #include "kernels/cpu/bf16.h"
+#include "kernels/cpu/gemm_fp32.h"
 #include "kernels/cpu/gemm_onednn.h"
 #include "kernels/cpu/internal.h"
 #include "kernels/cpu/kernels.h"
@@ -223,13 +223,11 @@ void widen_matrix(const bf16* x, int64_t ld, int64_t rows, int64_t cols, std::ve
 
 void gemm_fallback(bool ta, int64_t m, const bf16* a, int64_t lda, const PreparedB& b, CWrite write,
                    float* c, int64_t ldc) {
-  // Fresh is beta 0 here: OpenBLAS zeroes C, then adds the product to it.
-  const float beta = write == CWrite::kAccumulate ? 1.0f : 0.0f;
   thread_local std::vector<float> a32;
   const int64_t k = b.k, n = b.n;
   widen_matrix(a, lda, ta ? k : m, ta ? m : k, a32, false);  // A is stored [m, k] or [k, m]
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, b.trans ? CblasTrans : CblasNoTrans, m,
-              n, k, 1.0f, a32.data(), ta ? m : k, b.wide.data(), b.trans ? k : n, beta, c, ldc);
+  gemm_fp32(ta, b.trans, m, n, k, a32.data(), ta ? m : k, b.wide.data(), b.trans ? k : n, write, c,
+            ldc);
 }
 
 Bf16Gemm choose_gemm() {

@@ -1,5 +1,5 @@
-// gemm_onednn (gemm_onednn.h): cached oneDNN matmul primitives of a few
-// block shapes, run on one thread each.
+// gemm_onednn and gemm_onednn_f32 (gemm_onednn.h): cached oneDNN matmul
+// primitives of a few block shapes, run on one thread each.
 #include "kernels/cpu/gemm_onednn.h"
 
 #include <omp.h>
@@ -14,6 +14,8 @@
 #include <tuple>
 #include <unordered_map>
 #include <vector>
+
+#include "kernels/cpu/kernels.h"
 
 namespace remat::cpu::detail {
 
@@ -36,15 +38,20 @@ class OneOmpThread {
 };
 
 const dnnl::engine& cpu_engine() {
-  static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  static const dnnl::engine engine = [] {
+    // oneDNN takes its ISA cap only before it first looks at the CPU.
+    if (isa_capped_at_avx2()) dnnl::set_max_cpu_isa(dnnl::cpu_isa::avx2);
+    return dnnl::engine(dnnl::engine::kind::cpu, 0);
+  }();
   return engine;
 }
 
 struct Shape {
+  memory::data_type type;  // of A and B; C is f32
   bool trans_a, trans_b;
   CWrite write;
   int64_t m, n, k, lda, ldb, ldc;
-  auto tie() const { return std::tie(trans_a, trans_b, write, m, n, k, lda, ldb, ldc); }
+  auto tie() const { return std::tie(type, trans_a, trans_b, write, m, n, k, lda, ldb, ldc); }
   bool operator<(const Shape& o) const { return tie() < o.tie(); }
 };
 
@@ -65,13 +72,13 @@ dnnl::matmul::primitive_desc describe(const Shape& s) {
   dnnl::post_ops ops;
   if (s.write == CWrite::kAccumulate) ops.append_sum(1.0f);  // C += the product, added in fp32
   // Fresh: the bits of accumulating into zeros, where a -0 product (a tiny
-  // negative sum vdpbf16ps flushes) becomes +0. 1 * x + 0 in the kernel's
-  // epilogue does exactly that and leaves every other value as it is,
-  // instead of another pass over C.
+  // negative sum vdpbf16ps flushes, or an fp32 sum of products that cancel
+  // to -0) becomes +0. 1 * x + 0 in the kernel's epilogue does exactly that
+  // and leaves every other value as it is, instead of another pass over C.
   if (s.write == CWrite::kFresh) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_linear, 1, 0);
   attr.set_post_ops(ops);
-  const memory::desc a = matrix(s.m, s.k, s.trans_a, s.lda, memory::data_type::bf16);
-  const memory::desc b = matrix(s.k, s.n, s.trans_b, s.ldb, memory::data_type::bf16);
+  const memory::desc a = matrix(s.m, s.k, s.trans_a, s.lda, s.type);
+  const memory::desc b = matrix(s.k, s.n, s.trans_b, s.ldb, s.type);
   const memory::desc c = matrix(s.m, s.n, false, s.ldc, memory::data_type::f32);
   return {dnnl::matmul::desc(a, b, c), attr, cpu_engine()};
 }
@@ -79,7 +86,7 @@ dnnl::matmul::primitive_desc describe(const Shape& s) {
 std::atomic<int64_t> created{0};
 
 // The primitive for `s`, created on first use (under the lock: creation
-// JIT-compiles kernels) and kept. gemm_onednn asks for a few block shapes
+// JIT-compiles kernels) and kept. gemm_blocked asks for a few block shapes
 // per layout, so the cache stays small; emptying it past kMaxPrimitives
 // (oneDNN's own default cache capacity) only bounds its memory should
 // callers bring many layouts, and callers still running an evicted
@@ -102,15 +109,16 @@ std::shared_ptr<const Matmul> matmul_for(const Shape& s) {
   return it->second;
 }
 
-// One primitive call of shape `s` on the calling thread.
-void run(const Shape& s, const bf16* a, const bf16* b, float* c) {
+// One primitive call of shape `s` on the calling thread; oneDNN reads A, B
+// and C where they are.
+void run(const Shape& s, const void* a, const void* b, float* c) {
   const std::shared_ptr<const Matmul> mm = matmul_for(s);
   thread_local std::vector<uint8_t> scratch;
   thread_local dnnl::stream stream(cpu_engine());
   const dnnl::engine& engine = cpu_engine();
   std::unordered_map<int, memory> args{
-      {DNNL_ARG_SRC, memory(mm->a, engine, const_cast<bf16*>(a))},
-      {DNNL_ARG_WEIGHTS, memory(mm->b, engine, const_cast<bf16*>(b))},
+      {DNNL_ARG_SRC, memory(mm->a, engine, const_cast<void*>(a))},
+      {DNNL_ARG_WEIGHTS, memory(mm->b, engine, const_cast<void*>(b))},
       {DNNL_ARG_DST, memory(mm->c, engine, c)}};
   if (mm->scratchpad.get_size() > 0) {
     scratch.resize(mm->scratchpad.get_size());
@@ -121,24 +129,38 @@ void run(const Shape& s, const bf16* a, const bf16* b, float* c) {
   stream.wait();
 }
 
+template <typename T>
+memory::data_type type_of();
+template <>
+memory::data_type type_of<bf16>() {
+  return memory::data_type::bf16;
+}
+template <>
+memory::data_type type_of<float>() {
+  return memory::data_type::f32;
+}
+
 // x[rows, cols] (row stride ld) into out[rows_out, cols_out], dense, the
 // rest zero: products of padded k-values are 0 * 0, padded rows are dropped.
-void copy_padded(const bf16* x, int64_t ld, int64_t rows, int64_t cols, int64_t rows_out,
-                 int64_t cols_out, std::vector<bf16>& out) {
-  out.assign(static_cast<size_t>(rows_out * cols_out), 0);
+template <typename T>
+void copy_padded(const T* x, int64_t ld, int64_t rows, int64_t cols, int64_t rows_out,
+                 int64_t cols_out, std::vector<T>& out) {
+  out.assign(static_cast<size_t>(rows_out * cols_out), T{0});
   for (int64_t r = 0; r < rows; ++r)
-    std::memcpy(out.data() + r * cols_out, x + r * ld, sizeof(bf16) * cols);
+    std::memcpy(out.data() + r * cols_out, x + r * ld, sizeof(T) * cols);
 }
 
 // op(B)'s k-block as run: where it is, or a zero-padded copy of it.
+template <typename T>
 struct BlockB {
-  const bf16* data;
+  const T* data;
   int64_t ld;
 };
 
-BlockB block_b(bool trans_b, int64_t n, Block kb, const bf16* b, int64_t ldb) {
+template <typename T>
+BlockB<T> block_b(bool trans_b, int64_t n, Block kb, const T* b, int64_t ldb) {
   if (kb.padded == kb.size) return {b, ldb};
-  thread_local std::vector<bf16> copy;
+  thread_local std::vector<T> copy;
   if (trans_b) {  // stored [n, k]
     copy_padded(b, ldb, n, kb.size, n, kb.padded, copy);
     return {copy.data(), kb.padded};
@@ -149,13 +171,15 @@ BlockB block_b(bool trans_b, int64_t n, Block kb, const bf16* b, int64_t ldb) {
 
 // C[mb, n] (+)= op(A)[mb, kb] @ B as one primitive call of the padded
 // shape: A, and C where the rows are padded, go through zero-padded copies.
-void run_block(bool trans_a, bool trans_b, Block mb, int64_t n, Block kb, const bf16* a,
-               int64_t lda, BlockB b, CWrite write, float* c, int64_t ldc) {
+template <typename T>
+void run_block(bool trans_a, bool trans_b, Block mb, int64_t n, Block kb, const T* a, int64_t lda,
+               BlockB<T> b, CWrite write, float* c, int64_t ldc) {
+  const memory::data_type type = type_of<T>();
   if (mb.padded == mb.size && kb.padded == kb.size) {
-    run({trans_a, trans_b, write, mb.size, n, kb.size, lda, b.ld, ldc}, a, b.data, c);
+    run({type, trans_a, trans_b, write, mb.size, n, kb.size, lda, b.ld, ldc}, a, b.data, c);
     return;
   }
-  thread_local std::vector<bf16> a_copy;
+  thread_local std::vector<T> a_copy;
   thread_local std::vector<float> c_copy;
   if (trans_a) {  // stored [k, m]
     copy_padded(a, lda, kb.size, mb.size, kb.padded, mb.padded, a_copy);
@@ -164,8 +188,8 @@ void run_block(bool trans_a, bool trans_b, Block mb, int64_t n, Block kb, const 
   }
   const int64_t a_ld = trans_a ? mb.padded : kb.padded;
   if (mb.padded == mb.size) {
-    run({trans_a, trans_b, write, mb.size, n, kb.padded, a_ld, b.ld, ldc}, a_copy.data(), b.data,
-        c);
+    run({type, trans_a, trans_b, write, mb.size, n, kb.padded, a_ld, b.ld, ldc}, a_copy.data(),
+        b.data, c);
     return;
   }
   c_copy.resize(static_cast<size_t>(mb.padded * n));
@@ -173,10 +197,43 @@ void run_block(bool trans_a, bool trans_b, Block mb, int64_t n, Block kb, const 
     for (int64_t r = 0; r < mb.size; ++r)
       std::memcpy(c_copy.data() + r * n, c + r * ldc, sizeof(float) * n);
   }
-  run({trans_a, trans_b, write, mb.padded, n, kb.padded, a_ld, b.ld, n}, a_copy.data(), b.data,
-      c_copy.data());
+  run({type, trans_a, trans_b, write, mb.padded, n, kb.padded, a_ld, b.ld, n}, a_copy.data(),
+      b.data, c_copy.data());
   for (int64_t r = 0; r < mb.size; ++r)
     std::memcpy(c + r * ldc, c_copy.data() + r * n, sizeof(float) * n);
+}
+
+// The whole call: K blocks in order, each added onto what the ones before
+// it wrote; M blocks within each.
+template <typename T>
+void gemm_blocked(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const T* a,
+                  int64_t lda, const T* b, int64_t ldb, CWrite write, float* c, int64_t ldc) {
+  for (int64_t p0 = 0; p0 < k;) {
+    const Block kb = next_block(k - p0);
+    const BlockB<T> b_block = block_b(trans_b, n, kb, trans_b ? b + p0 : b + p0 * ldb, ldb);
+    const CWrite block_write = p0 == 0 ? write : CWrite::kAccumulate;
+    for (int64_t i0 = 0; i0 < m;) {
+      const Block mb = next_block(m - i0);
+      const T* a_block = trans_a ? a + p0 * lda + i0 : a + i0 * lda + p0;
+      run_block(trans_a, trans_b, mb, n, kb, a_block, lda, b_block, block_write, c + i0 * ldc,
+                ldc);
+      i0 += mb.size;
+    }
+    p0 += kb.size;
+  }
+}
+
+// Whether oneDNN's matmul for a small problem of `type` is more than its
+// reference implementation.
+bool has_fast_matmul(memory::data_type type) {
+  try {
+    const OneOmpThread one;
+    const std::string impl =
+        describe({type, false, false, CWrite::kOverwrite, 32, 32, 32, 32, 32, 32}).impl_info_str();
+    return impl.rfind("ref", 0) != 0;
+  } catch (const dnnl::error&) {
+    return false;
+  }
 }
 
 }  // namespace
@@ -202,35 +259,31 @@ Block next_block(int64_t rest) {
 int64_t onednn_primitives_created() { return created.load(std::memory_order_relaxed); }
 
 bool onednn_bf16_available() {
-  static const bool available = [] {
-    if (!cpu_has_avx512_bf16()) return false;
-    try {
-      const OneOmpThread one;
-      const std::string impl =
-          describe({false, false, CWrite::kOverwrite, 32, 32, 32, 32, 32, 32}).impl_info_str();
-      return impl.rfind("ref", 0) != 0;
-    } catch (const dnnl::error&) {
-      return false;
-    }
-  }();
+  static const bool available = cpu_has_avx512_bf16() && has_fast_matmul(memory::data_type::bf16);
+  return available;
+}
+
+bool onednn_f32_available() {
+  static const bool available = has_fast_matmul(memory::data_type::f32);
   return available;
 }
 
 void gemm_onednn(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const bf16* a,
                  int64_t lda, const bf16* b, int64_t ldb, CWrite write, float* c, int64_t ldc) {
-  // K blocks in order, each added onto what the ones before it wrote.
-  for (int64_t p0 = 0; p0 < k;) {
-    const Block kb = next_block(k - p0);
-    const BlockB b_block = block_b(trans_b, n, kb, trans_b ? b + p0 : b + p0 * ldb, ldb);
-    const CWrite block_write = p0 == 0 ? write : CWrite::kAccumulate;
-    for (int64_t i0 = 0; i0 < m;) {
-      const Block mb = next_block(m - i0);
-      const bf16* a_block = trans_a ? a + p0 * lda + i0 : a + i0 * lda + p0;
-      run_block(trans_a, trans_b, mb, n, kb, a_block, lda, b_block, block_write, c + i0 * ldc, ldc);
-      i0 += mb.size;
-    }
-    p0 += kb.size;
-  }
+  gemm_blocked(trans_a, trans_b, m, n, k, a, lda, b, ldb, write, c, ldc);
+}
+
+void gemm_onednn_f32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a,
+                     int64_t lda, const float* b, int64_t ldb, CWrite write, float* c,
+                     int64_t ldc) {
+  gemm_blocked(trans_a, trans_b, m, n, k, a, lda, b, ldb, write, c, ldc);
+}
+
+std::string onednn_f32_implementation(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                                      int64_t lda, int64_t ldb, CWrite write, int64_t ldc) {
+  const OneOmpThread one;
+  return describe({memory::data_type::f32, trans_a, trans_b, write, m, n, k, lda, ldb, ldc})
+      .impl_info_str();
 }
 
 }  // namespace remat::cpu::detail

@@ -1,6 +1,6 @@
-// The oneDNN path of gemm_bf16 (bf16.h): oneDNN's bf16 matmul
-// (brg:avx512_core_bf16 in Debian's libdnnl 2.6), one primitive per shape,
-// created once and cached.
+// The oneDNN paths of gemm_bf16 (bf16.h) and gemm_fp32 (gemm_fp32.h):
+// oneDNN's bf16 matmul (brg:avx512_core_bf16 in Debian's libdnnl 2.6) and
+// its f32 one, primitives of a few block shapes, created once and cached.
 //
 // Bits never depend on the thread count: Debian builds oneDNN on the OpenMP
 // runtime, whose parallel() runs its body once, sequentially, inside an
@@ -20,11 +20,16 @@
 // layout takes a dozen M sizes and a dozen K sizes, and up to 2^j * 512 for
 // long dimensions: the cut is a function of the shape only, so bits stay
 // independent of the thread count and of which shapes came before.
+//
+// Under REMAT_MAX_ISA=avx2 oneDNN is capped at avx2 as well (its max ISA,
+// set before its first primitive), so it runs what an AVX2 CPU would.
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "kernels/cpu/bf16.h"
+#include "kernels/cpu/gemm_write.h"
 
 namespace remat::cpu::detail {
 
@@ -33,12 +38,27 @@ namespace remat::cpu::detail {
 bool onednn_bf16_available();
 
 // C[m, n] (+)= op(A)[m, k] @ op(B)[k, n] as single-threaded oneDNN matmuls,
-// C written as `write` says (bf16.h); the layouts of gemm_bf16. oneDNN's
-// scratchpad and the padded copies are the calling thread's buffers (kernel
-// scratch, outside the allocator's books like the native kernel's packing
-// buffers).
+// C written as `write` says (gemm_write.h); the layouts of gemm_bf16.
+// oneDNN's scratchpad and the padded copies are the calling thread's
+// buffers (kernel scratch, outside the allocator's books like the native
+// kernel's packing buffers).
 void gemm_onednn(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const bf16* a,
                  int64_t lda, const bf16* b, int64_t ldb, CWrite write, float* c, int64_t ldc);
+
+// Whether oneDNN offers an f32 matmul that is not its reference
+// implementation on this CPU (under the ISA cap too).
+bool onednn_f32_available();
+
+// The same with fp32 operands; the layouts of gemm_fp32. kFresh overwrites
+// C through an eltwise linear post-op (1 * x + 0, which maps -0 to +0): the
+// bits of accumulating (the sum post-op) into a zeroed C, without reading C.
+void gemm_onednn_f32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a,
+                     int64_t lda, const float* b, int64_t ldb, CWrite write, float* c, int64_t ldc);
+
+// The name of the oneDNN implementation gemm_onednn_f32 runs for a block
+// shape (its impl_info_str, e.g. "brg:avx512_core"): tests and benchmarks.
+std::string onednn_f32_implementation(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                                      int64_t lda, int64_t ldb, CWrite write, int64_t ldc);
 
 // The next block gemm_onednn cuts from the `rest` rows (or k-values) of a
 // dimension it has not run yet: `size` of them, run as `padded` (size
@@ -49,7 +69,8 @@ struct Block {
 };
 Block next_block(int64_t rest);
 
-// How many primitives gemm_onednn has created in this process (tests).
+// How many primitives gemm_onednn and gemm_onednn_f32 have created in this
+// process (tests).
 int64_t onednn_primitives_created();
 
 }  // namespace remat::cpu::detail

@@ -11,8 +11,9 @@
 //    gradient whose bit is set (bit i: its i-th gradient argument, in
 //    signature order) as holding no contribution yet and unspecified bytes
 //    (NaN included). It writes the contribution as if added to +0 (0.0f + x,
-//    sgemm with beta 0, or a cache-hot row zeroed just before the usual
-//    accumulating loop where that loop's products could contract otherwise),
+//    a GEMM's fresh write (gemm_fp32.h), or a cache-hot row zeroed just
+//    before the usual accumulating loop where that loop's products could
+//    contract otherwise),
 //    and zeros where it has no contribution: the exact bits accumulating into
 //    a zeroed buffer gives, without the caller's memset pass;
 //  - results are deterministic for a given thread count: every output element
@@ -27,7 +28,8 @@
 namespace remat::cpu {
 
 // Sets the thread count used by OpenMP kernels and OpenBLAS; checks the ISA
-// cap (isa_capped_at_avx2) first, so a run starts with a bad one refused.
+// cap (isa_capped_at_avx2) and REMAT_FP32_GEMM (gemm_fp32.h) first, so a run
+// starts with a bad one refused.
 void set_num_threads(int threads);
 int num_threads();
 

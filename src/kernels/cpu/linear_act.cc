@@ -1,12 +1,11 @@
 // The linear layers on bf16 activations with fp32 weights and fp32 output
-// gradients (bf16.h): OpenBLAS sgemm on the activation widened exactly,
+// gradients (bf16.h): the fp32 GEMM (gemm_fp32.h) on the activation widened exactly,
 // threaded and chunked as linear.cc, so each row's arithmetic is the fp32
 // linear's on the widened rows.
-#include <cblas.h>
-
 #include <vector>
 
 #include "kernels/cpu/bf16.h"
+#include "kernels/cpu/gemm_fp32.h"
 #include "kernels/cpu/internal.h"
 #include "kernels/cpu/kernels.h"
 
@@ -38,8 +37,8 @@ void linear_act_forward(ActIn x, const float* w, bool weight_in_out, int64_t m, 
       y32.resize(static_cast<size_t>((r1 - r0) * n));
       c = y32.data();
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, weight_in_out ? CblasNoTrans : CblasTrans, r1 - r0, n,
-                k, 1.0f, a, k, w, weight_in_out ? n : k, 0.0f, c, n);
+    gemm_fp32(false, !weight_in_out, r1 - r0, n, k, a, k, w, weight_in_out ? n : k,
+              CWrite::kOverwrite, c, n);
     if (!y.bf16) return;
     bf16* out = static_cast<bf16*>(y.data) + r0 * n;
     for (int64_t i = 0; i < (r1 - r0) * n; ++i) out[i] = to_bf16(y32[i]);

@@ -4,8 +4,6 @@
 // Every output element is owned by one thread and summed in a fixed order,
 // so results are deterministic; expert ids, offsets and permutations are
 // exact small integers stored as floats.
-#include <cblas.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -13,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/gemm_fp32.h"
 #include "kernels/cpu/internal.h"
 #include "kernels/cpu/kernels.h"
 
@@ -234,8 +233,8 @@ void grouped_linear_forward(const float* rows, const float* offsets, const float
   if (n == 0) return;
   const std::vector<GemmPiece> pieces = row_pieces(offsets, experts, k * n);
   run_pieces(pieces, [&](const GemmPiece& p) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, p.end - p.begin, n, k, 1.0f,
-                rows + p.begin * k, k, w + p.expert * k * n, n, 0.0f, out + p.begin * n, n);
+    gemm_fp32(false, false, p.end - p.begin, n, k, rows + p.begin * k, k, w + p.expert * k * n, n,
+              CWrite::kOverwrite, out + p.begin * n, n);
   });
 }
 
@@ -243,14 +242,15 @@ void grouped_linear_backward(const float* dout, const float* rows, const float* 
                              const float* w, int64_t experts, int64_t /*m*/, int64_t k, int64_t n,
                              float* drows, float* dw, uint32_t fresh) {
   // drows[seg e] (+)= dout[seg e] @ w[e]^T in the segment's row chunks (the
-  // segments cover every row, so each fresh row is written once, beta 0);
+  // segments cover every row, so a fresh drows has each row overwritten once);
   // dw[e] (+)= rows[seg e]^T @ dout[seg e] in fixed chunks of dw's k rows
-  // (a fresh dw with beta 0, and zeros for an expert without rows).
-  const float beta = (fresh & 1) != 0 ? 0.0f : 1.0f;
-  const float dw_beta = (fresh & 2) != 0 ? 0.0f : 1.0f;
-  if (dw != nullptr && dw_beta == 0.0f) zero_experts_without_rows(offsets, experts, k * n, dw);
+  // (a fresh dw overwritten, and zeros for an expert without rows).
+  const CWrite write = (fresh & 1) != 0 ? CWrite::kFresh : CWrite::kAccumulate;
+  const CWrite dw_write = (fresh & 2) != 0 ? CWrite::kFresh : CWrite::kAccumulate;
+  if (dw != nullptr && dw_write == CWrite::kFresh)
+    zero_experts_without_rows(offsets, experts, k * n, dw);
   if (n == 0 || k == 0) {  // no product; a fresh drows is still written, with zeros
-    if (n == 0 && drows != nullptr && beta == 0.0f)
+    if (n == 0 && drows != nullptr && write == CWrite::kFresh)
       std::memset(drows, 0, sizeof(float) * static_cast<size_t>(offsets[experts]) * k);
     return;
   }
@@ -259,15 +259,14 @@ void grouped_linear_backward(const float* dout, const float* rows, const float* 
   if (dw != nullptr) append_weight_pieces(offsets, experts, k, n, &pieces);
   run_pieces(pieces, [&](const GemmPiece& p) {
     if (p.kind == 0) {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, p.end - p.begin, k, n, 1.0f,
-                  dout + p.begin * n, n, w + p.expert * k * n, n, beta, drows + p.begin * k, k);
+      gemm_fp32(false, true, p.end - p.begin, k, n, dout + p.begin * n, n, w + p.expert * k * n, n,
+                write, drows + p.begin * k, k);
       return;
     }
     const auto seg = static_cast<int64_t>(offsets[p.expert]);
     const int64_t m = static_cast<int64_t>(offsets[p.expert + 1]) - seg;
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, p.end - p.begin, n, m, 1.0f,
-                rows + seg * k + p.begin, k, dout + seg * n, n, dw_beta,
-                dw + p.expert * k * n + p.begin * n, n);
+    gemm_fp32(true, false, p.end - p.begin, n, m, rows + seg * k + p.begin, k, dout + seg * n, n,
+              dw_write, dw + p.expert * k * n + p.begin * n, n);
   });
 }
 

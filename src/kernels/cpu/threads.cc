@@ -8,6 +8,7 @@
 #include <memory>
 #include <new>
 
+#include "kernels/cpu/gemm_fp32.h"
 #include "kernels/cpu/internal.h"
 #include "kernels/cpu/kernels.h"
 
@@ -19,6 +20,7 @@ std::atomic<int> g_threads{0};  // 0: not set yet, use the OpenMP default
 
 void set_num_threads(int threads) {
   isa_capped_at_avx2();  // a bad cap stops the run here, before any kernel
+  fp32_gemm();           // so does a bad REMAT_FP32_GEMM
   if (threads < 1) threads = 1;
   g_threads.store(threads);
   omp_set_num_threads(threads);

@@ -1,0 +1,193 @@
+// The fp32 GEMM (kernels/cpu/gemm_fp32.h) on both implementations: OpenBLAS
+// everywhere, oneDNN's f32 matmul where it has more than its reference one
+// (skipped elsewhere, saying why). Against an fp64 reference in every
+// layout and write; fresh writes give the bits of accumulating into zeros,
+// from NaN, also where the kernel's own sum is -0; oneDNN runs one
+// implementation for every write of a shape (so fresh and accumulated
+// gradients sum in one order); the choice follows REMAT_FP32_GEMM.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/gemm_fp32.h"
+#include "kernels/cpu/gemm_onednn.h"
+#include "kernels/cpu/kernels.h"
+#include "test_util.h"
+
+namespace remat::cpu {
+namespace {
+
+using testing::random_vector;
+
+std::vector<Fp32Gemm> available() {
+  std::vector<Fp32Gemm> g{Fp32Gemm::kOpenblas};
+  if (detail::onednn_f32_available()) g.push_back(Fp32Gemm::kOnednn);
+  return g;
+}
+
+const CWrite kWrites[] = {CWrite::kOverwrite, CWrite::kAccumulate, CWrite::kFresh};
+
+std::string where(Fp32Gemm gemm, int64_t m, int64_t n, int64_t k, bool ta, bool tb, CWrite w) {
+  return std::string(to_string(gemm)) + " m " + std::to_string(m) + " n " + std::to_string(n) +
+         " k " + std::to_string(k) + " ta " + std::to_string(ta) + " tb " + std::to_string(tb) +
+         " write " + std::to_string(static_cast<int>(w));
+}
+
+// op(X)[i, p] of a row-major X stored [rows, cols] or, transposed, [cols, rows].
+float at(const std::vector<float>& x, bool trans, int64_t ld, int64_t i, int64_t p) {
+  return trans ? x[p * ld + i] : x[i * ld + p];
+}
+
+// Each element within (k + 1) * 2^-24 * (|C| + sum |a b|) of the fp64 sum
+// (recursive summation, first order); a wrong index or a lost block errs by
+// O(1). A fresh or overwritten C starts as NaN.
+TEST(Fp32Gemm, MatchesFp64ReferenceInEveryLayoutAndWrite) {
+  const int64_t shapes[][3] = {{1, 1, 1}, {13, 33, 7}, {40, 70, 513}, {97, 31, 300}};
+  for (Fp32Gemm gemm : available()) {
+    for (const auto& s : shapes) {
+      const int64_t m = s[0], n = s[1], k = s[2];
+      const std::vector<float> a = random_vector(m * k, 1), b = random_vector(k * n, 2);
+      for (int layout = 0; layout < 4; ++layout) {
+        const bool ta = layout & 1, tb = layout & 2;
+        const int64_t lda = ta ? m : k, ldb = tb ? k : n;
+        for (CWrite write : kWrites) {
+          const std::vector<float> c0 = random_vector(m * n, 3);
+          std::vector<float> c =
+              write == CWrite::kAccumulate ? c0 : std::vector<float>(m * n, std::nanf(""));
+          gemm_fp32_with(gemm, ta, tb, m, n, k, a.data(), lda, b.data(), ldb, write, c.data(), n);
+          for (int64_t i = 0; i < m; ++i) {
+            for (int64_t j = 0; j < n; ++j) {
+              double sum = write == CWrite::kAccumulate ? c0[i * n + j] : 0.0, mag = std::abs(sum);
+              for (int64_t p = 0; p < k; ++p) {
+                const double prod = double(at(a, ta, lda, i, p)) * at(b, tb, ldb, p, j);
+                sum += prod;
+                mag += std::abs(prod);
+              }
+              ASSERT_NEAR(c[i * n + j], sum, (k + 1) * 0x1p-24 * mag + 1e-30)
+                  << where(gemm, m, n, k, ta, tb, write);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// Shapes the engine runs (a 512-row chunk of a dense linear; a 128-row
+// chunk of dw with k = 2048 tokens; a short MoE segment chunk) and small odd
+// ones, in every layout. Column 0 of row 0 sums k products of -2^-140, a
+// sum a kernel that flushes denormals leaves at -0 (which 0 + -0 makes +0);
+// row 1 of A is zeros against a negative column of B: products of -0.
+TEST(Fp32Gemm, FreshWritesTheBitsOfAccumulatingIntoZeros) {
+  const int64_t shapes[][3] = {{512, 256, 256}, {128, 256, 2048}, {44, 512, 256}, {3, 37, 600}};
+  for (Fp32Gemm gemm : available()) {
+    for (const auto& s : shapes) {
+      const int64_t m = s[0], n = s[1], k = s[2];
+      for (int layout = 0; layout < 4; ++layout) {
+        const bool ta = layout & 1, tb = layout & 2;
+        const int64_t lda = ta ? m : k, ldb = tb ? k : n;
+        std::vector<float> a = random_vector(m * k, 4), b = random_vector(k * n, 5);
+        for (int64_t p = 0; p < k; ++p) {
+          a[ta ? p * lda : p] = -0x1p-70f;        // A[0, p]
+          a[ta ? p * lda + 1 : lda + p] = 0.0f;   // A[1, p]
+          b[tb ? p : p * ldb] = 0x1p-70f;         // B[p, 0]
+          b[tb ? ldb + p : p * ldb + 1] = -1.0f;  // B[p, 1]
+        }
+        std::vector<float> zeroed(m * n, 0.0f), fresh(m * n, std::nanf(""));
+        gemm_fp32_with(gemm, ta, tb, m, n, k, a.data(), lda, b.data(), ldb, CWrite::kAccumulate,
+                       zeroed.data(), n);
+        gemm_fp32_with(gemm, ta, tb, m, n, k, a.data(), lda, b.data(), ldb, CWrite::kFresh,
+                       fresh.data(), n);
+        EXPECT_EQ(std::memcmp(zeroed.data(), fresh.data(), zeroed.size() * sizeof(float)), 0)
+            << where(gemm, m, n, k, ta, tb, CWrite::kFresh);
+        EXPECT_FALSE(std::signbit(fresh[n + 1])) << where(gemm, m, n, k, ta, tb, CWrite::kFresh);
+      }
+    }
+  }
+}
+
+// Fresh and accumulated writes of one gradient must sum k in one order:
+// oneDNN picks its implementation per primitive, post-ops included, so each
+// write of the engine's shapes must get the same, and not the reference one.
+TEST(Fp32Gemm, OnednnRunsOneImplementationForEveryWrite) {
+  if (!detail::onednn_f32_available()) GTEST_SKIP() << "no oneDNN f32 matmul beyond ref here";
+  const int64_t shapes[][3] = {{512, 256, 256}, {128, 256, 2048}, {512, 2816, 1024}, {44, 8, 256}};
+  for (const auto& s : shapes) {
+    for (int layout = 0; layout < 4; ++layout) {
+      const bool ta = layout & 1, tb = layout & 2;
+      const int64_t m = s[0], n = s[1], k = s[2];
+      const std::string overwrite = detail::onednn_f32_implementation(
+          ta, tb, m, n, k, ta ? m : k, tb ? k : n, CWrite::kOverwrite, n);
+      EXPECT_NE(overwrite.rfind("ref", 0), 0u) << overwrite;
+      for (CWrite write : {CWrite::kAccumulate, CWrite::kFresh}) {
+        EXPECT_EQ(
+            detail::onednn_f32_implementation(ta, tb, m, n, k, ta ? m : k, tb ? k : n, write, n),
+            overwrite)
+            << where(Fp32Gemm::kOnednn, m, n, k, ta, tb, write);
+      }
+    }
+  }
+}
+
+// The eltwise linear post-op (1 * x + 0) really turns -0 into +0 inside
+// oneDNN's matmul kernel: an output scale of -1 makes the kernel's +0 sum
+// -0, which the plain matmul stores and the post-op does not.
+TEST(Fp32Gemm, OnednnIdentityPostOpTurnsNegativeZeroPositive) {
+  if (!detail::onednn_f32_available()) GTEST_SKIP() << "no oneDNN f32 matmul beyond ref here";
+  using dnnl::memory;
+  const int64_t m = 64, n = 64, k = 64;
+  const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  dnnl::stream stream(engine);
+  const memory::desc a_md({m, k}, memory::data_type::f32, memory::format_tag::ab);
+  const memory::desc b_md({k, n}, memory::data_type::f32, memory::format_tag::ab);
+  const memory::desc c_md({m, n}, memory::data_type::f32, memory::format_tag::ab);
+  std::vector<float> a(m * k, 0.0f), b = random_vector(k * n, 6);
+  auto product = [&](bool post_op) {
+    dnnl::primitive_attr attr;
+    attr.set_output_scales(0, {-1.0f});
+    if (post_op) {
+      dnnl::post_ops ops;
+      ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_linear, 1.0f, 0.0f);
+      attr.set_post_ops(ops);
+    }
+    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), attr, engine);
+    EXPECT_EQ(pd.impl_info_str(),
+              detail::onednn_f32_implementation(false, false, m, n, k, k, n, CWrite::kFresh, n));
+    std::vector<float> c(m * n, std::nanf(""));
+    memory am(a_md, engine, a.data()), bm(b_md, engine, b.data()), cm(c_md, engine, c.data());
+    dnnl::matmul(pd).execute(stream,
+                             {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
+    stream.wait();
+    return c;
+  };
+  const std::vector<float> plain = product(false), identity = product(true);
+  for (int64_t i = 0; i < m * n; ++i) {
+    ASSERT_TRUE(plain[i] == 0.0f && std::signbit(plain[i])) << i;  // the set-up makes -0
+    ASSERT_TRUE(identity[i] == 0.0f && !std::signbit(identity[i])) << i;
+  }
+}
+
+// Unset or openblas: OpenBLAS; onednn: oneDNN where it has more than its
+// reference matmul, else OpenBLAS. ScopedFp32Gemm overrides it in scope.
+TEST(Fp32Gemm, ChoiceFollowsTheEnvironment) {
+  const char* env = std::getenv("REMAT_FP32_GEMM");
+  const std::string forced = env == nullptr ? "" : env;
+  const Fp32Gemm expected = forced == "onednn" && detail::onednn_f32_available()
+                                ? Fp32Gemm::kOnednn
+                                : Fp32Gemm::kOpenblas;
+  EXPECT_EQ(fp32_gemm(), expected) << to_string(fp32_gemm());
+  {
+    const ScopedFp32Gemm scope(Fp32Gemm::kOnednn);
+    EXPECT_EQ(fp32_gemm(), Fp32Gemm::kOnednn);
+  }
+  EXPECT_EQ(fp32_gemm(), expected);
+}
+
+}  // namespace
+}  // namespace remat::cpu
