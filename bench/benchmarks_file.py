@@ -33,4 +33,8 @@ def machine():
     flags = next((l for l in info if l.startswith("flags")), "")
     isa = ("AVX-512 + AVX512-BF16" if "avx512_bf16" in flags else
            "AVX-512" if "avx512f" in flags else "AVX2 + FMA")
-    return f"{cpu} ({isa})"
+    # The family tells AMD's cores apart where the name does not ("AMD
+    # EPYC"): 25 is Zen 3 or Zen 4 (512-bit FMAs as two halves), 26 is
+    # Zen 5 (whole 512-bit FMAs, twice the fp32 peak).
+    family = next((l.split(":", 1)[1].strip() for l in info if l.startswith("cpu family")), None)
+    return f"{cpu} (family {family}, {isa})" if family else f"{cpu} ({isa})"

@@ -1,5 +1,6 @@
 #include "core/host_memory.h"
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -21,6 +22,12 @@ int64_t process_peak_rss_bytes() {
   }
   std::fclose(f);
   return kib < 0 ? -1 : static_cast<int64_t>(kib) * 1024;
+}
+
+int64_t process_minor_faults() {
+  rusage usage{};
+  if (getrusage(RUSAGE_SELF, &usage) != 0) return 0;
+  return static_cast<int64_t>(usage.ru_minflt);
 }
 
 }  // namespace remat

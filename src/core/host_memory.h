@@ -14,4 +14,9 @@ int64_t physical_memory_bytes();
 // not this (README "What memory.limit bounds").
 int64_t process_peak_rss_bytes();
 
+// Minor page faults the process has taken so far (getrusage): a step that
+// touches memory no earlier step touched (a new buffer, new JIT code)
+// faults; a steady-state step should not.
+int64_t process_minor_faults();
+
 }  // namespace remat

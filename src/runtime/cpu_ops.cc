@@ -39,6 +39,7 @@ uint32_t fresh_bits(B b, int inputs) {
   return (b.fresh_grad_inputs & ((1u << inputs) - 1)) | (b.fresh_grad_params << inputs);
 }
 bool fresh_param(B b, size_t i) { return ((b.fresh_grad_params >> i) & 1) != 0; }
+bool fresh_input(B b, size_t i) { return ((b.fresh_grad_inputs >> i) & 1) != 0; }
 bool bf16_call(B b) { return b.param_dtype == DType::kBF16; }
 bool bf16_output(B b, size_t i) {
   return i < b.output_dtypes.size() && b.output_dtypes[i] == DType::kBF16;
@@ -109,12 +110,12 @@ constexpr CpuKernels kCpuKernels[] = {
        }
        return 0.0;
      },
-     [](A a, B b) {  // saved: x
-       if (bf16_call(b)) {
-         zero_if_fresh(b, a.m, a.k);
+     [](A a, B b) {         // saved: x
+       if (bf16_call(b)) {  // dx's first writer overwrites it (no memset first)
          cpu::linear_bf16_backward(bf16_in(b.grad_output), bf16_in(b.inputs[0]),
                                    bf16_in(b.params[0]), a.weight_in_out, a.m, a.k, a.n,
-                                   b.grad_inputs[0], b.grad_params[0], fresh_param(b, 0));
+                                   b.grad_inputs[0], b.grad_params[0], fresh_param(b, 0),
+                                   fresh_input(b, 0));
        } else if (bf16_values(b)) {
          cpu::linear_act_backward(b.grad_output, act_in(b, 0), b.params[0], a.weight_in_out, a.m,
                                   a.k, a.n, b.grad_inputs[0], b.grad_params[0], fresh_bits(b, 1));

@@ -64,7 +64,8 @@ std::string metrics_json(const StepMetrics& m, int64_t activation_bytes_at_peak,
                                        {"max_activation_bytes", max_activation_bytes},
                                        {"tps", m.tokens_per_second},
                                        {"mfu", m.model_flops_per_second / m.peak_flops},
-                                       {"hfu", m.hardware_flops_per_second / m.peak_flops}};
+                                       {"hfu", m.hardware_flops_per_second / m.peak_flops},
+                                       {"minor_faults", m.minor_faults}};
   return dump_flat(line);
 }
 

@@ -18,6 +18,7 @@ struct StepMetrics {
   double hardware_flops_per_second = 0;  // recompute included
   double peak_flops = 1;
   double lr = 0;
+  int64_t minor_faults = 0;  // the process's, over the logged window
 };
 
 // "step: 12  loss: 7.1234  grad_norm: 1.2345  memory:  3.21GiB(13.40%)
@@ -28,8 +29,9 @@ std::string format_log_line(const StepMetrics& m, bool color = false);
 
 // One JSON object per logged step with, in this order: step, loss,
 // grad_norm, lr, peak_bytes, activation_bytes_at_peak, max_activation_bytes,
-// tps, mfu, hfu. Doubles read back exactly; non-finite ones are null, which
-// JSON has (printf would write nan or inf, which it does not).
+// tps, mfu, hfu, minor_faults (page faults the process took since the
+// previous logged step: 0 in steady state). Doubles read back exactly; non-finite ones are null,
+// which JSON has (printf would write nan or inf, which it does not).
 std::string metrics_json(const StepMetrics& m, int64_t activation_bytes_at_peak,
                          int64_t max_activation_bytes);
 

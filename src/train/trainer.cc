@@ -318,6 +318,7 @@ using Clock = std::chrono::steady_clock;
 // The steps since the last logged one, which the next log line averages over.
 struct MetricsWindow {
   Clock::time_point start = Clock::now();
+  int64_t start_faults = process_minor_faults();
   int64_t tokens = 0, peak = 0, recompute_flops = 0, max_activations = 0;
 };
 
@@ -579,6 +580,7 @@ void Trainer::log_step(int64_t step, double loss, double grad_norm, const MoeLoa
   peak_.raise_to(m.hardware_flops_per_second, step);
   m.peak_flops = peak_.flops;
   m.lr = lr_.at(step);
+  m.minor_faults = process_minor_faults() - window_.start_faults;
   std::string extra = format_moe_load(moe);
   if (data_parallel_.ranks() > 1) {
     const double global_tps = m.tokens_per_second * data_parallel_.ranks();

@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <memory>
 #include <vector>
 
+#include "kernels/cpu/gemm_onednn.h"
 #include "kernels/cpu/kernels.h"
 #include "test_util.h"
 
@@ -31,6 +33,7 @@ Grads per_segment_backward(const std::vector<float>& dout, const std::vector<flo
                            const std::vector<float>& w, uint32_t fresh) {
   Grads g{std::vector<float>(kRows * kK, fresh ? NAN : 0.5f),
           std::vector<float>(kExperts * kK * kN, 0.25f)};
+  const detail::DataDependentShapes as_grouped;  // the grouped linears' GEMM blocks
   for (int64_t e = 0; e < kExperts; ++e) {
     const auto b = static_cast<int64_t>(kOffsets[e]), end = static_cast<int64_t>(kOffsets[e + 1]);
     linear_in_out_backward(dout.data() + b * kN, rows.data() + b * kK, w.data() + e * kK * kN,
@@ -44,11 +47,15 @@ TEST(GroupedLinear, EqualsOneLinearPerSegmentBitForBit) {
   const auto rows = random_vector(kRows * kK, 1), w = random_vector(kExperts * kK * kN, 2, 0.1f),
              dout = random_vector(kRows * kN, 3);
   std::vector<float> expected(kRows * kN);
+  // Segments cut into GEMM blocks as the grouped linears cut them (oneDNN,
+  // gemm_onednn.h's DataDependentShapes); OpenBLAS ignores the scope.
+  auto as_grouped = std::make_unique<detail::DataDependentShapes>();
   for (int64_t e = 0; e < kExperts; ++e) {
     const auto b = static_cast<int64_t>(kOffsets[e]), end = static_cast<int64_t>(kOffsets[e + 1]);
     linear_in_out_forward(rows.data() + b * kK, w.data() + e * kK * kN, end - b, kK, kN,
                           expected.data() + b * kN);
   }
+  as_grouped.reset();  // the grouped linears open their own
   for (int threads : {1, 2, 3}) {
     ThreadsGuard guard(threads);
     std::vector<float> out(kRows * kN, NAN);

@@ -103,12 +103,13 @@ void gemm_bf16_prepared(bool trans_a, int64_t m, const bf16* a, int64_t lda, con
 // row chunks shared out among the threads, so bits never depend on the
 // thread count. Forward writes y in fp32 (y_bf16 false) or rounds it to
 // bf16; backward accumulates into fp32 dx and dw (either may be null), or
-// with fresh_dw writes dw as accumulating into zeros would (kernels.h).
+// with fresh_dx / fresh_dw writes dx / dw as accumulating into zeros would
+// (kernels.h), without reading or zeroing them first.
 void linear_bf16_forward(const bf16* x, const bf16* w, bool weight_in_out, int64_t m, int64_t k,
                          int64_t n, void* y, bool y_bf16);
 void linear_bf16_backward(const bf16* dy, const bf16* x, const bf16* w, bool weight_in_out,
                           int64_t m, int64_t k, int64_t n, float* dx, float* dw,
-                          bool fresh_dw = false);
+                          bool fresh_dw = false, bool fresh_dx = false);
 // grouped_linear (kernels.h) with bf16 rows, dout and weights; out in bf16.
 void grouped_linear_bf16_forward(const bf16* rows, const float* offsets, const bf16* w,
                                  int64_t experts, int64_t k, int64_t n, bf16* out);

@@ -19,12 +19,21 @@ namespace {
 Fp32Gemm choose_gemm() {
   const char* value = std::getenv("REMAT_FP32_GEMM");
   const std::string choice = value == nullptr ? "" : value;
-  if (choice.empty() || choice == "openblas") return Fp32Gemm::kOpenblas;
-  if (choice != "onednn") {
+  if (choice == "openblas") return Fp32Gemm::kOpenblas;
+  if (!choice.empty() && choice != "onednn") {
     throw InputError("REMAT_FP32_GEMM=\"" + choice + "\": expected openblas, onednn or unset");
   }
   // oneDNN's reference matmul is a plain loop nest, far slower than sgemm.
-  return detail::onednn_f32_available() ? Fp32Gemm::kOnednn : Fp32Gemm::kOpenblas;
+  if (!detail::onednn_f32_available()) return Fp32Gemm::kOpenblas;
+  if (choice == "onednn") return Fp32Gemm::kOnednn;
+  // Unset: the faster where measured (bench/fp32_gemm_libraries.cc, one
+  // step's GEMM mix of each model). With AVX-512, oneDNN's brgemm kernels
+  // beat Debian's OpenBLAS 0.3.21 by 1.8-1.9x (Zen 5); capped at AVX2,
+  // oneDNN runs its older gemm:jit, 7-11% slower than OpenBLAS's Haswell
+  // kernels. So oneDNN where its f32 matmul is a brgemm one.
+  const std::string impl = detail::onednn_f32_implementation(false, false, 256, 256, 256, 256, 256,
+                                                             CWrite::kOverwrite, 256);
+  return impl.rfind("brg", 0) == 0 ? Fp32Gemm::kOnednn : Fp32Gemm::kOpenblas;
 }
 
 // ScopedFp32Gemm's choice: -1 when none is in scope, else a Fp32Gemm.

@@ -9,8 +9,11 @@
 //    post-op (eltwise linear, 1 * x + 0) that turns -0 into +0 in the
 //    kernel's registers: the bits of accumulating into a zeroed C, with no
 //    pass over C before or after.
-// REMAT_FP32_GEMM=openblas|onednn chooses; unset is openblas. onednn falls
-// back to OpenBLAS where oneDNN's f32 matmul is only its reference
+// REMAT_FP32_GEMM=openblas|onednn chooses; unset is onednn where oneDNN's
+// f32 matmul is a brgemm kernel (AVX-512 CPUs: 1.8-1.9x OpenBLAS's rate on
+// the models' GEMMs, bench/fp32_gemm_libraries.cc) and openblas elsewhere
+// (AVX2 only: OpenBLAS is 7-11% faster than oneDNN's gemm:jit). onednn
+// falls back to OpenBLAS where oneDNN's f32 matmul is only its reference
 // implementation (to_string says which runs). Each call runs on the calling
 // thread alone, and callers cut rows into fixed chunks (detail::split_rows),
 // so bits depend on the shape and the implementation, never on the thread

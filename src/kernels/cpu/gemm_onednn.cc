@@ -84,6 +84,8 @@ dnnl::matmul::primitive_desc describe(const Shape& s) {
 }
 
 std::atomic<int64_t> created{0};
+// How many DataDependentShapes scopes are open.
+std::atomic<int> data_dependent{0};
 
 // The primitive for `s`, created on first use (under the lock: creation
 // JIT-compiles kernels) and kept. gemm_blocked asks for a few block shapes
@@ -157,9 +159,13 @@ struct BlockB {
   int64_t ld;
 };
 
+// Whether a block runs through a padded copy: where it is ragged, and every
+// data-dependent tail (its shape then the same whether or not it was ragged).
+bool copied(Block b) { return b.padded != b.size || b.tail; }
+
 template <typename T>
 BlockB<T> block_b(bool trans_b, int64_t n, Block kb, const T* b, int64_t ldb) {
-  if (kb.padded == kb.size) return {b, ldb};
+  if (!copied(kb)) return {b, ldb};
   thread_local std::vector<T> copy;
   if (trans_b) {  // stored [n, k]
     copy_padded(b, ldb, n, kb.size, n, kb.padded, copy);
@@ -175,7 +181,7 @@ template <typename T>
 void run_block(bool trans_a, bool trans_b, Block mb, int64_t n, Block kb, const T* a, int64_t lda,
                BlockB<T> b, CWrite write, float* c, int64_t ldc) {
   const memory::data_type type = type_of<T>();
-  if (mb.padded == mb.size && kb.padded == kb.size) {
+  if (!copied(mb) && !copied(kb)) {
     run({type, trans_a, trans_b, write, mb.size, n, kb.size, lda, b.ld, ldc}, a, b.data, c);
     return;
   }
@@ -187,7 +193,7 @@ void run_block(bool trans_a, bool trans_b, Block mb, int64_t n, Block kb, const 
     copy_padded(a, lda, mb.size, kb.size, mb.padded, kb.padded, a_copy);
   }
   const int64_t a_ld = trans_a ? mb.padded : kb.padded;
-  if (mb.padded == mb.size) {
+  if (!copied(mb)) {
     run({type, trans_a, trans_b, write, mb.size, n, kb.padded, a_ld, b.ld, ldc}, a_copy.data(),
         b.data, c);
     return;
@@ -208,15 +214,16 @@ void run_block(bool trans_a, bool trans_b, Block mb, int64_t n, Block kb, const 
 template <typename T>
 void gemm_blocked(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const T* a,
                   int64_t lda, const T* b, int64_t ldb, CWrite write, float* c, int64_t ldc) {
+  Block (*next)(int64_t) =
+      data_dependent.load(std::memory_order_relaxed) > 0 ? next_data_dependent_block : next_block;
   for (int64_t p0 = 0; p0 < k;) {
-    const Block kb = next_block(k - p0);
+    const Block kb = next(k - p0);
     const BlockB<T> b_block = block_b(trans_b, n, kb, trans_b ? b + p0 : b + p0 * ldb, ldb);
     const CWrite block_write = p0 == 0 ? write : CWrite::kAccumulate;
     for (int64_t i0 = 0; i0 < m;) {
-      const Block mb = next_block(m - i0);
+      const Block mb = next(m - i0);
       const T* a_block = trans_a ? a + p0 * lda + i0 : a + i0 * lda + p0;
-      run_block(trans_a, trans_b, mb, n, kb, a_block, lda, b_block, block_write, c + i0 * ldc,
-                ldc);
+      run_block(trans_a, trans_b, mb, n, kb, a_block, lda, b_block, block_write, c + i0 * ldc, ldc);
       i0 += mb.size;
     }
     p0 += kb.size;
@@ -247,14 +254,23 @@ Block next_block(int64_t rest) {
   if (rest >= kLarge) {
     int64_t size = kLarge;
     while (size <= rest / 2) size *= 2;
-    return {size, size};
+    return {size, size, false};
   }
   if (rest >= kWhole) {
     const int64_t size = rest / kStep * kStep;
-    return {size, size};
+    return {size, size, false};
   }
-  return {rest, (rest + kGrain - 1) / kGrain * kGrain};
+  return {rest, (rest + kGrain - 1) / kGrain * kGrain, false};
 }
+
+Block next_data_dependent_block(int64_t rest) {
+  constexpr int64_t kWhole = 128, kGrain = 32;
+  if (rest >= kWhole) return {kWhole, kWhole, false};
+  return {rest, (rest + kGrain - 1) / kGrain * kGrain, true};
+}
+
+DataDependentShapes::DataDependentShapes() { data_dependent.fetch_add(1); }
+DataDependentShapes::~DataDependentShapes() { data_dependent.fetch_sub(1); }
 
 int64_t onednn_primitives_created() { return created.load(std::memory_order_relaxed); }
 

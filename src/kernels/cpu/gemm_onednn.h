@@ -66,11 +66,32 @@ std::string onednn_f32_implementation(bool trans_a, bool trans_b, int64_t m, int
 // block). Sizes: 16, 32, .., 128, 192, 256, .., 448 and 512 * 2^j.
 struct Block {
   int64_t size, padded;
+  bool tail;  // a data-dependent tail: copied even where padded == size
 };
 Block next_block(int64_t rest);
 
 // How many primitives gemm_onednn and gemm_onednn_f32 have created in this
 // process (tests).
 int64_t onednn_primitives_created();
+
+// While one is in scope (process-wide: the grouped expert linears hold it
+// around their whole op, and no other op runs meanwhile), calls are cut by
+// next_data_dependent_block instead: an expert's row count is new every
+// step, and next_block's dozen size classes kept turning up new ones (new
+// primitives, JIT code faulted in) steps after warm-up. Here every
+// dimension is whole blocks of 128 and one tail, always run through a
+// padded copy of 32, 64, 96 or 128 rows: five block shapes per dimension,
+// all of them met in the first step or two.
+class DataDependentShapes {
+ public:
+  DataDependentShapes();
+  ~DataDependentShapes();
+  DataDependentShapes(const DataDependentShapes&) = delete;
+  DataDependentShapes& operator=(const DataDependentShapes&) = delete;
+};
+// The next block of a dimension under DataDependentShapes: 128 rows whole,
+// or the tail (< 128) padded up to a multiple of 32 (and copied even where
+// it is one already, so its shape is the same whichever tail it is).
+Block next_data_dependent_block(int64_t rest);
 
 }  // namespace remat::cpu::detail

@@ -182,8 +182,9 @@ void adamw_update(float* param, const float* grad, float* exp_avg, float* exp_av
                   float lr, float beta1, float beta2, float eps, float weight_decay, int64_t step);
 
 // --- machine peak: measured fp32 FMA throughput (FLOP/s) over `threads`
-// threads, with AVX2 FMA on 8-wide vectors and enough independent chains to
-// cover latency. Takes about `seconds` of wall time.
+// threads: the faster of 8-wide AVX2 FMAs and, where the CPU has AVX-512F
+// and REMAT_MAX_ISA allows it, 16-wide ones, each with enough independent
+// chains to cover latency. Takes about `seconds` (or twice that) of wall time.
 double measure_peak_flops(int threads, double seconds = 0.2);
 // The best of `runs` measurements of `seconds` each: another process taking
 // the cores during one run (which made a single measurement read half the

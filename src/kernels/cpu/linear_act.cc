@@ -6,6 +6,7 @@
 
 #include "kernels/cpu/bf16.h"
 #include "kernels/cpu/gemm_fp32.h"
+#include "kernels/cpu/gemm_onednn.h"
 #include "kernels/cpu/internal.h"
 #include "kernels/cpu/kernels.h"
 
@@ -67,6 +68,7 @@ void linear_act_backward(const float* dy, ActIn x, const float* w, bool weight_i
 
 void grouped_linear_act_forward(const bf16* rows, const float* offsets, const float* w,
                                 int64_t experts, int64_t k, int64_t n, bf16* out) {
+  const detail::DataDependentShapes expert_rows;  // gemm_onednn.h
   for (int64_t e = 0; e < experts; ++e) {
     const auto begin = static_cast<int64_t>(offsets[e]);
     const auto end = static_cast<int64_t>(offsets[e + 1]);
@@ -78,6 +80,7 @@ void grouped_linear_act_forward(const bf16* rows, const float* offsets, const fl
 void grouped_linear_act_backward(const float* dout, const bf16* rows, const float* offsets,
                                  const float* w, int64_t experts, int64_t k, int64_t n,
                                  float* drows, float* dw, uint32_t fresh) {
+  const detail::DataDependentShapes expert_rows;  // gemm_onednn.h
   // The segments cover every row, so each fresh drows row is written once;
   // each expert's dw is its own, written (zeros without rows) by its segment.
   for (int64_t e = 0; e < experts; ++e) {

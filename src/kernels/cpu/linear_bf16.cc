@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "kernels/cpu/bf16.h"
+#include "kernels/cpu/gemm_onednn.h"
 #include "kernels/cpu/internal.h"
 
 namespace remat::cpu {
@@ -54,14 +55,15 @@ void linear_bf16_forward(const bf16* x, const bf16* w, bool weight_in_out, int64
 }
 
 void linear_bf16_backward(const bf16* dy, const bf16* x, const bf16* w, bool weight_in_out,
-                          int64_t m, int64_t k, int64_t n, float* dx, float* dw, bool fresh_dw) {
+                          int64_t m, int64_t k, int64_t n, float* dx, float* dw, bool fresh_dw,
+                          bool fresh_dx) {
   if (m == 0 && fresh_dw && dw != nullptr)  // no rows (an expert without tokens): dw is zero
     std::memset(dw, 0, sizeof(float) * static_cast<size_t>(k * n));
   if (m == 0 || n == 0 || k == 0) return;
-  // dx[m, k] += dy[m, n] @ op(w)^T, split over the rows of dx.
+  // dx[m, k] (+)= dy[m, n] @ op(w)^T, split over the rows of dx.
   if (dx != nullptr) {
     chunked_gemm(false, m, k, n, dy, n, weight_in_out, w, weight_in_out ? n : k,
-                 CWrite::kAccumulate, dx, k);
+                 fresh_dx ? CWrite::kFresh : CWrite::kAccumulate, dx, k);
   }
   if (dw == nullptr) return;
   const CWrite write = fresh_dw ? CWrite::kFresh : CWrite::kAccumulate;
@@ -76,6 +78,7 @@ void linear_bf16_backward(const bf16* dy, const bf16* x, const bf16* w, bool wei
 
 void grouped_linear_bf16_forward(const bf16* rows, const float* offsets, const bf16* w,
                                  int64_t experts, int64_t k, int64_t n, bf16* out) {
+  const detail::DataDependentShapes expert_rows;  // gemm_onednn.h
   for (int64_t e = 0; e < experts; ++e) {
     const auto begin = static_cast<int64_t>(offsets[e]);
     const auto end = static_cast<int64_t>(offsets[e + 1]);
@@ -87,6 +90,7 @@ void grouped_linear_bf16_forward(const bf16* rows, const float* offsets, const b
 void grouped_linear_bf16_backward(const bf16* dout, const bf16* rows, const float* offsets,
                                   const bf16* w, int64_t experts, int64_t k, int64_t n,
                                   float* drows, float* dw, bool fresh_dw) {
+  const detail::DataDependentShapes expert_rows;  // gemm_onednn.h
   for (int64_t e = 0; e < experts; ++e) {
     const auto begin = static_cast<int64_t>(offsets[e]);
     const auto end = static_cast<int64_t>(offsets[e + 1]);

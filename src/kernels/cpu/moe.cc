@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kernels/cpu/gemm_fp32.h"
+#include "kernels/cpu/gemm_onednn.h"
 #include "kernels/cpu/internal.h"
 #include "kernels/cpu/kernels.h"
 
@@ -229,6 +230,7 @@ void moe_dispatch_backward(const float* drows, const float* x, const float* scor
 
 void grouped_linear_forward(const float* rows, const float* offsets, const float* w,
                             int64_t experts, int64_t /*m*/, int64_t k, int64_t n, float* out) {
+  const detail::DataDependentShapes expert_rows;  // gemm_onednn.h
   // out[seg e] = rows[seg e] @ w[e], each segment in its fixed row chunks.
   if (n == 0) return;
   const std::vector<GemmPiece> pieces = row_pieces(offsets, experts, k * n);
@@ -241,6 +243,7 @@ void grouped_linear_forward(const float* rows, const float* offsets, const float
 void grouped_linear_backward(const float* dout, const float* rows, const float* offsets,
                              const float* w, int64_t experts, int64_t /*m*/, int64_t k, int64_t n,
                              float* drows, float* dw, uint32_t fresh) {
+  const detail::DataDependentShapes expert_rows;  // gemm_onednn.h
   // drows[seg e] (+)= dout[seg e] @ w[e]^T in the segment's row chunks (the
   // segments cover every row, so a fresh drows has each row overwritten once);
   // dw[e] (+)= rows[seg e]^T @ dout[seg e] in fixed chunks of dw's k rows
