@@ -40,14 +40,16 @@ AVX2 = {"REMAT_MAX_ISA": "avx2", "OPENBLAS_CORETYPE": "Haswell"}
 
 
 def train(remat, precision, kernel, avx2, steps, tmp):
+    """`kernel`: REMAT_BF16_KERNEL for bf16, REMAT_FP32_GEMM for fp32 (None:
+    remat's default)."""
     metrics = os.path.join(tmp, "m.jsonl")
     if os.path.exists(metrics):
         os.remove(metrics)
     env = dict(os.environ)
-    for key in ["REMAT_BF16_KERNEL", *AVX2]:
+    for key in ["REMAT_BF16_KERNEL", "REMAT_FP32_GEMM", *AVX2]:
         env.pop(key, None)
     if kernel:
-        env["REMAT_BF16_KERNEL"] = kernel
+        env["REMAT_BF16_KERNEL" if precision == "bfloat16" else "REMAT_FP32_GEMM"] = kernel
     if avx2:
         env.update(AVX2)
     subprocess.run([remat, "train", *WIDE, "--training.mixed_precision_param", precision,
@@ -67,11 +69,14 @@ def main():
     args = parser.parse_args()
     load = os.getloadavg()[0]
     # (name, precision, kernel, AVX2 emulation, the fp32 row it is compared with)
-    setups = [("fp32", "float32", None, False, "fp32")]
+    # fp32 is remat's default fp32 GEMM (oneDNN's brgemm on AVX-512, else
+    # OpenBLAS: README "fp32 matmuls"), the fastest; OpenBLAS beside it.
+    setups = [("fp32", "float32", None, False, "fp32"),
+              ("fp32, OpenBLAS sgemm", "float32", "openblas", False, "fp32")]
     if has_avx512_bf16():
         setups.append(("bf16, oneDNN AVX512-BF16 GEMM", "bfloat16", "onednn", False, "fp32"))
         setups.append(("bf16, native AVX512-BF16 GEMM", "bfloat16", "native", False, "fp32"))
-    setups.append(("bf16, fallback (fp32 sgemm)", "bfloat16", "fallback", False, "fp32"))
+    setups.append(("bf16, fallback (fp32 GEMM)", "bfloat16", "fallback", False, "fp32"))
     setups.append(("fp32, AVX2 kernels", "float32", None, True, "fp32, AVX2 kernels"))
     setups.append(("bf16, AVX2 kernels (fallback)", "bfloat16", None, True,
                    "fp32, AVX2 kernels"))
@@ -92,7 +97,9 @@ def main():
            f"load average {load:.1f} at the start. Wide model (dim 1024, 8 layers, batch 2 x seq "
            f"1024), AC none; {args.steps} steps after 1 warm-up x {args.rounds} interleaved "
            "rounds. MFU as the log line prints it (bf16: against the measured bf16 "
-           "dot-product peak). The AVX2 rows run with REMAT_MAX_ISA=avx2 and "
+           "dot-product peak). fp32 runs remat's default fp32 GEMM (oneDNN's f32 matmul "
+           "where it is a brgemm kernel, else OpenBLAS: README \"fp32 matmuls\"); every "
+           "row but the AVX2 ones is compared with it. The AVX2 rows run with REMAT_MAX_ISA=avx2 and "
            "OPENBLAS_CORETYPE=Haswell (an AVX2-only machine emulated) and compare with "
            "fp32 on AVX2 kernels.", "",
            "| set-up | median tokens/s | upper decile | vs fp32 (median) | vs fp32 (upper "
