@@ -229,6 +229,23 @@ def test_mfu_never_above_100_percent():
         check("above the peak" in proc.stdout, "the log says the peak was raised")
 
 
+def test_bad_gemm_choice_stops_before_output():
+    """REMAT_FP32_GEMM (README "fp32 matmuls") other than openblas or onednn: exit 2
+    naming the variable and what it takes, before the dump folder or the metrics
+    file exist."""
+    with tempfile.TemporaryDirectory(prefix="remat-fail-") as tmp:
+        tmp = Path(tmp)
+        for value in ("mkl", " onednn", "ONEDNN"):
+            proc = subprocess.run(train_args(tmp, "--training.steps", "1"), cwd=tmp,
+                                  capture_output=True, text=True, timeout=TIMEOUT_S,
+                                  env={**os.environ, "REMAT_FP32_GEMM": value})
+            check(proc.returncode == 2 and "REMAT_FP32_GEMM" in proc.stderr and
+                  "openblas" in proc.stderr and not (tmp / "out").exists() and
+                  not (tmp / "m.jsonl").exists(),
+                  f"REMAT_FP32_GEMM={value!r} exits 2 naming it, nothing written "
+                  f"(got {proc.returncode}: {proc.stderr.strip()[:120]})")
+
+
 def main():
     test_signal_stops_saves_and_says_so("SIGTERM", signal.SIGTERM, 143, storm=False)
     test_signal_stops_saves_and_says_so("SIGINT storm", signal.SIGINT, 130, storm=True)
@@ -238,6 +255,7 @@ def main():
     test_eval_of_nan_weights_fails()
     test_empty_config_says_defaults()
     test_mfu_never_above_100_percent()
+    test_bad_gemm_choice_stops_before_output()
     print(f"{len(failures)} failing check(s)" if failures else "all checks ok")
     return 1 if failures else 0
 

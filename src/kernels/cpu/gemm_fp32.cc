@@ -26,11 +26,13 @@ Fp32Gemm choose_gemm() {
   // oneDNN's reference matmul is a plain loop nest, far slower than sgemm.
   if (!detail::onednn_f32_available()) return Fp32Gemm::kOpenblas;
   if (choice == "onednn") return Fp32Gemm::kOnednn;
-  // Unset: the faster where measured (bench/fp32_gemm_libraries.cc, one
-  // step's GEMM mix of each model). With AVX-512, oneDNN's brgemm kernels
-  // beat Debian's OpenBLAS 0.3.21 by 1.8-1.9x (Zen 5); capped at AVX2,
-  // oneDNN runs its older gemm:jit, 7-11% slower than OpenBLAS's Haswell
-  // kernels. So oneDNN where its f32 matmul is a brgemm one.
+  // Unset: the faster where measured (bench/fp32_gemm.py, one step's GEMM
+  // mix of each model). With AVX-512, oneDNN's brgemm kernels match Debian's
+  // OpenBLAS 0.3.21 on its AVX-512 kernels (0.99-1.05x, Zen 5), beat it
+  // 1.7-1.85x where OPENBLAS_CORETYPE pins it to AVX2 kernels, and write
+  // fresh gradients without a memset; capped at AVX2, oneDNN runs its older
+  // gemm:jit, 6-11% slower than OpenBLAS. So oneDNN where its f32 matmul is
+  // a brgemm one.
   const std::string impl = detail::onednn_f32_implementation(false, false, 256, 256, 256, 256, 256,
                                                              CWrite::kOverwrite, 256);
   return impl.rfind("brg", 0) == 0 ? Fp32Gemm::kOnednn : Fp32Gemm::kOpenblas;

@@ -10,9 +10,10 @@
 //    kernel's registers: the bits of accumulating into a zeroed C, with no
 //    pass over C before or after.
 // REMAT_FP32_GEMM=openblas|onednn chooses; unset is onednn where oneDNN's
-// f32 matmul is a brgemm kernel (AVX-512 CPUs: 1.8-1.9x OpenBLAS's rate on
-// the models' GEMMs, bench/fp32_gemm_libraries.cc) and openblas elsewhere
-// (AVX2 only: OpenBLAS is 7-11% faster than oneDNN's gemm:jit). onednn
+// f32 matmul is a brgemm kernel (AVX-512 CPUs: OpenBLAS's rate on its
+// AVX-512 kernels, 1.7-1.85x it on AVX2 kernels, no memset for fresh
+// writes; bench/fp32_gemm.py) and openblas elsewhere (AVX2 only: OpenBLAS
+// is 6-11% faster than oneDNN's gemm:jit). onednn
 // falls back to OpenBLAS where oneDNN's f32 matmul is only its reference
 // implementation (to_string says which runs). Each call runs on the calling
 // thread alone, and callers cut rows into fixed chunks (detail::split_rows),
