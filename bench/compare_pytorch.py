@@ -407,6 +407,10 @@ def torch_env(threads, setup):
     OpenBLAS spinning" keeps that default), and jemalloc keeping freed pages (glibc unmaps
     every block over 32 MiB on free, so each step page-faults its big activations in again)."""
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads))
+    # OpenBLAS's own kernel choice for this CPU: a host may pin every process
+    # to older kernels (OPENBLAS_CORETYPE=Haswell on AVX-512 machines), which
+    # halves torch's fp32 matmuls; the baseline gets the fastest.
+    env.pop("OPENBLAS_CORETYPE", None)
     if setup != "untuned":
         env.update(OMP_WAIT_POLICY="PASSIVE")
         if setup == "tuned":
