@@ -146,7 +146,7 @@ def write_section(args, load_before, header, rows):
         f"{os.getloadavg()[0]:.1f} at the end. {args.rounds} interleaved rounds (none, op, none, "
         f"op, ...) of {args.steps} timed steps after {WARMUP} warm-up. MFU as remat's log line "
         "prints it: model FLOPs per second against the fp32 FMA peak remat measures on the same "
-        "threads at start-up (best of 5 runs, with the widest FMAs the CPU runs: AVX-512 here). "
+        "threads at start-up (best of 40 runs of 1 ms, with the widest FMAs the CPU runs: AVX-512 here). "
         "fp32 matmuls on remat's default GEMM (README \"fp32 matmuls\"). p90: the upper decile of the timed steps (the "
         "steps least disturbed by other tenants of the host); median beside it. The op-AC "
         "slowdown here compares separate runs; the paired measure is \"What op AC costs, steps "

@@ -1,6 +1,5 @@
 #include "runtime/cpu_ops.h"
 
-#include <cstring>
 #include <iterator>
 #include <stdexcept>
 
@@ -26,13 +25,6 @@ using B = const OpBuffers&;
 
 // A bf16 buffer travels as the same pointer (OpBuffers).
 const cpu::bf16* bf16_in(const float* p) { return reinterpret_cast<const cpu::bf16*>(p); }
-// The bf16 kernels (matmuls, and RMSNorm's on bf16 activations)
-// accumulate only: a fresh input gradient i (rows x cols floats) is zeroed
-// for them first.
-void zero_if_fresh(B b, int64_t rows, int64_t cols, size_t i = 0) {
-  if (((b.fresh_grad_inputs >> i) & 1) != 0 && b.grad_inputs[i] != nullptr)
-    std::memset(b.grad_inputs[i], 0, sizeof(float) * static_cast<size_t>(rows * cols));
-}
 // The fresh bits of a kernel whose gradient arguments are the op's first
 // `inputs` input gradients, then its parameter gradients (kernels.h).
 uint32_t fresh_bits(B b, int inputs) {
@@ -86,9 +78,9 @@ constexpr CpuKernels kCpuKernels[] = {
      },
      [](A a, B b) {  // saved: x, rstd
        if (bf16_values(b)) {
-         zero_if_fresh(b, a.rows, a.dim);
          cpu::rmsnorm_backward_act(b.grad_output, act_in(b, 0), b.params[0], b.inputs[1], a.rows,
-                                   a.dim, b.grad_inputs[0], b.grad_params[0], fresh_param(b, 0));
+                                   a.dim, b.grad_inputs[0], b.grad_params[0], fresh_param(b, 0),
+                                   fresh_input(b, 0));
        } else {
          cpu::rmsnorm_backward(b.grad_output, b.inputs[0], b.params[0], b.inputs[1], a.rows, a.dim,
                                b.grad_inputs[0], b.grad_params[0], fresh_bits(b, 1));
@@ -247,10 +239,10 @@ constexpr CpuKernels kCpuKernels[] = {
      },
      [](A a, B b) {  // saved: rows, offsets. The offsets get no gradient.
        if (bf16_call(b)) {
-         zero_if_fresh(b, a.m, a.k);
          cpu::grouped_linear_bf16_backward(bf16_in(b.grad_output), bf16_in(b.inputs[0]),
                                            b.inputs[1], bf16_in(b.params[0]), a.experts, a.k, a.n,
-                                           b.grad_inputs[0], b.grad_params[0], fresh_param(b, 0));
+                                           b.grad_inputs[0], b.grad_params[0], fresh_param(b, 0),
+                                           fresh_input(b, 0));
        } else if (bf16_values(b)) {
          cpu::grouped_linear_act_backward(b.grad_output, bf16_in(b.inputs[0]), b.inputs[1],
                                           b.params[0], a.experts, a.k, a.n, b.grad_inputs[0],

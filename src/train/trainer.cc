@@ -295,8 +295,9 @@ DevicePeak device_peak(const JobConfig& config, int threads, bool bf16) {
   const bool from_config = config.metrics.peak_flops > 0;
   const bool bf16_dots = bf16 && cpu::bf16_operands(cpu::bf16_gemm());
   DevicePeak peak{0, from_config ? "metrics.peak_flops"
-                     : bf16_dots ? "measured: bf16 dot products on these threads, best of 5 runs"
-                                 : "measured: fp32 FMA on these threads, best of 5 runs of 0.05 s"};
+                     : bf16_dots
+                         ? "measured: bf16 dot products on these threads, best of 40 runs of 1 ms"
+                         : "measured: fp32 FMA on these threads, best of 40 runs of 1 ms"};
   peak.flops = from_config ? config.metrics.peak_flops
                : bf16_dots ? cpu::best_peak_flops_bf16(threads)
                            : cpu::best_peak_flops(threads);

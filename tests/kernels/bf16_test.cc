@@ -341,5 +341,29 @@ TEST(Bf16Linear, GroupedActivationLinearIsPerSegment) {
   EXPECT_EQ(dw, dw_ref);
 }
 
+// Grouped bf16 linear (bf16 weights): a fresh drows and dw, NaN before, get
+// the bits of accumulating into zeros, with an expert that has no rows.
+TEST(Bf16Linear, GroupedBf16LinearOverwritesFreshGradients) {
+  const int64_t rows = 300, k = 40, n = 56, experts = 3;
+  const std::vector<float> offsets = {0, 120, 120, 300};
+  const std::vector<bf16> x = random_bf16(rows * k, 15), w = random_bf16(experts * k * n, 16);
+  const std::vector<bf16> dy = random_bf16(rows * n, 17);
+  std::vector<float> dx_ref(rows * k, 0.0f), dw_ref(experts * k * n, 0.0f);
+  grouped_linear_bf16_backward(dy.data(), x.data(), offsets.data(), w.data(), experts, k, n,
+                               dx_ref.data(), dw_ref.data());
+  for (int fresh = 1; fresh <= 3; ++fresh) {
+    for (int threads : {1, 2}) {
+      ThreadsGuard guard(threads);
+      const bool fresh_dx = (fresh & 1) != 0, fresh_dw = (fresh & 2) != 0;
+      std::vector<float> dx(rows * k, fresh_dx ? NAN : 0.0f);
+      std::vector<float> dw(experts * k * n, fresh_dw ? NAN : 0.0f);
+      grouped_linear_bf16_backward(dy.data(), x.data(), offsets.data(), w.data(), experts, k, n,
+                                   dx.data(), dw.data(), fresh_dw, fresh_dx);
+      EXPECT_EQ(dx, dx_ref) << fresh << " " << threads;
+      EXPECT_EQ(dw, dw_ref) << fresh << " " << threads;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace remat::cpu

@@ -179,8 +179,11 @@ TEST(Fp32Gemm, OnednnIdentityPostOpTurnsNegativeZeroPositive) {
 // The MFU denominator is the peak of the widest FMA the CPU runs: no GEMM
 // may beat it. Measuring only 8-wide FMAs read half the peak on Zen 5 (full
 // 512-bit FMA units), and oneDNN's AVX-512 kernels then ran at 160% "MFU".
-// One thread, the best of 5 timed products against the best of 5 peak
-// runs: noise only lowers the GEMM rate, and the peak's best-of-5 resists it.
+// One thread, the best of 5 timed products (under a millisecond each)
+// against best_peak_flops's best of 40 runs of a millisecond: on a loaded
+// host a 50 ms peak run always shared its core (it read half the peak at
+// load 9) while a short product often ran alone; short runs give both that
+// chance.
 TEST(Fp32Gemm, NoImplementationRunsAboveTheMeasuredPeak) {
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_UNDEFINED__)
   // Instrumented, the FMA chains spill to memory and measure a tenth of the
@@ -189,7 +192,8 @@ TEST(Fp32Gemm, NoImplementationRunsAboveTheMeasuredPeak) {
 #endif
   const int saved = num_threads();
   set_num_threads(1);
-  const double peak = best_peak_flops(1);
+  auto measure_peak = [] { return best_peak_flops(1); };
+  double peak = measure_peak();
   const int64_t m = 384, n = 384, k = 384;
   const std::vector<float> a = random_vector(m * k, 1), b = random_vector(k * n, 2);
   std::vector<float> c(m * n);
@@ -202,11 +206,15 @@ TEST(Fp32Gemm, NoImplementationRunsAboveTheMeasuredPeak) {
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (rep > 0) best = std::max(best, 2.0 * m * n * k / s);  // rep 0 creates primitives
     }
+    // A peak measured while another process held the core reads low: before
+    // calling the GEMM faster, measure the peak again (up to 4 more times,
+    // keeping the best). A half-width peak stays half whatever the load.
+    for (int again = 0; again < 4 && best > 1.25 * peak; ++again)
+      peak = std::max(peak, measure_peak());
     std::printf("  %s: %.1f GFLOP/s on 1 thread, measured peak %.1f GFLOP/s\n", to_string(gemm),
                 best / 1e9, peak / 1e9);
-    // oneDNN reaches 99% of the peak here (Zen 5): 25% slack for a peak
-    // measured while another process took the core, far below the 2x a
-    // half-width peak gave.
+    // oneDNN reaches 99% of the peak here (Zen 5): 25% slack, far below the
+    // 2x a half-width peak gave.
     EXPECT_LE(best, 1.25 * peak) << to_string(gemm);
   }
   set_num_threads(saved);

@@ -120,6 +120,30 @@ TEST(PointwiseBf16, SwigluBackwardOverwritesFreshGradients) {
   }
 }
 
+// RMSNorm's fresh dx and dweight: NaN before, the bits of accumulating into
+// zeros after, on any thread count.
+TEST(PointwiseBf16, RmsNormBackwardOverwritesFreshGradients) {
+  const int64_t rows = 300, dim = 136;
+  const std::vector<bf16> x = narrowed(random_vector(rows * dim, 8));
+  const std::vector<float> w = random_vector(dim, 9), dy = random_vector(rows * dim, 10);
+  std::vector<float> rstd(rows), y32(rows * dim), dx32(rows * dim, 0.0f), dw32(dim, 0.0f);
+  rmsnorm_forward(widened(x).data(), w.data(), rows, dim, 1e-6f, y32.data(), rstd.data());
+  rmsnorm_backward(dy.data(), widened(x).data(), w.data(), rstd.data(), rows, dim, dx32.data(),
+                   dw32.data());
+  for (int fresh = 1; fresh <= 3; ++fresh) {
+    for (int threads : {1, 2}) {
+      ThreadsGuard guard(threads);
+      const bool fresh_dx = (fresh & 1) != 0, fresh_dw = (fresh & 2) != 0;
+      std::vector<float> dx(rows * dim, fresh_dx ? std::nanf("") : 0.0f);
+      std::vector<float> dw(dim, fresh_dw ? std::nanf("") : 0.0f);
+      rmsnorm_backward_act(dy.data(), in(x), w.data(), rstd.data(), rows, dim, dx.data(), dw.data(),
+                           fresh_dw, fresh_dx);
+      EXPECT_EQ(bits(dx), bits(dx32)) << fresh << " " << threads;
+      EXPECT_EQ(bits(dw), bits(dw32)) << fresh << " " << threads;
+    }
+  }
+}
+
 // An operand the program keeps in fp32 is read, or written, as fp32.
 TEST(PointwiseBf16, Fp32OperandsStayFp32) {
   const int64_t n = 40000;

@@ -115,7 +115,8 @@ void grouped_linear_bf16_forward(const bf16* rows, const float* offsets, const b
                                  int64_t experts, int64_t k, int64_t n, bf16* out);
 void grouped_linear_bf16_backward(const bf16* dout, const bf16* rows, const float* offsets,
                                   const bf16* w, int64_t experts, int64_t k, int64_t n,
-                                  float* drows, float* dw, bool fresh_dw = false);
+                                  float* drows, float* dw, bool fresh_dw = false,
+                                  bool fresh_drows = false);
 
 // An activation under bf16 compute: bf16 elements, or fp32 where the
 // program keeps the value in fp32 (a value another op reads in fp32).
@@ -158,7 +159,7 @@ void rmsnorm_forward_act(ActIn x, const float* weight, int64_t rows, int64_t dim
                          ActOut out, float* rstd);
 void rmsnorm_backward_act(const float* dout, ActIn x, const float* weight, const float* rstd,
                           int64_t rows, int64_t dim, float* dx, float* dweight,
-                          bool fresh_dweight = false);
+                          bool fresh_dweight = false, bool fresh_dx = false);
 void rope_forward_act(ActIn x, int64_t batch, int64_t seq, int64_t first_position, int64_t heads,
                       int64_t head_dim, double theta, ActOut out);
 void silu_mul_forward_act(ActIn a, ActIn b, int64_t n, ActOut out);
@@ -170,6 +171,6 @@ void add_forward_act(ActIn a, ActIn b, int64_t n, ActOut out);
 // Measured bf16 dot-product throughput (FLOP/s) over `threads` threads with
 // vdpbf16ps, the best of `runs`; 0 where the CPU lacks avx512_bf16. The
 // peak that bf16 MFU is stated against.
-double best_peak_flops_bf16(int threads, int runs = 5, double seconds = 0.05);
+double best_peak_flops_bf16(int threads, int runs = 40, double seconds = 0.001);
 
 }  // namespace remat::cpu

@@ -193,8 +193,7 @@ void gemm_native(bool ta, int64_t m, const bf16* a, int64_t lda, const PreparedB
   for (int64_t p0 = 0; p0 < b.k; p0 += kKc) {
     const int64_t kc = std::min(kKc, b.k - p0);
     const int64_t pairs = (kc + 1) / 2;
-    a_pack.resize(static_cast<size_t>(tiles * pairs * kMr));
-    pack_a(a, lda, ta, m, p0, kc, a_pack.data());
+    pack_a(a, lda, ta, m, p0, kc, detail::grown(a_pack, tiles * pairs * kMr));
     const CWrite block_write = p0 > 0 ? CWrite::kAccumulate : write;
     const uint32_t* block = b.packed.data() + p0 / kKc * panels * kPanelWords;
     for (int64_t jp = 0; jp < panels; ++jp) {

@@ -4,6 +4,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <map>
@@ -15,6 +16,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "kernels/cpu/internal.h"
 #include "kernels/cpu/kernels.h"
 
 namespace remat::cpu::detail {
@@ -123,8 +125,9 @@ void run(const Shape& s, const void* a, const void* b, float* c) {
       {DNNL_ARG_WEIGHTS, memory(mm->b, engine, const_cast<void*>(b))},
       {DNNL_ARG_DST, memory(mm->c, engine, c)}};
   if (mm->scratchpad.get_size() > 0) {
-    scratch.resize(mm->scratchpad.get_size());
-    args.emplace(DNNL_ARG_SCRATCHPAD, memory(mm->scratchpad, engine, scratch.data()));
+    args.emplace(DNNL_ARG_SCRATCHPAD,
+                 memory(mm->scratchpad, engine,
+                        detail::grown(scratch, static_cast<int64_t>(mm->scratchpad.get_size()))));
   }
   const OneOmpThread one;
   mm->primitive.execute(stream, args);
@@ -144,12 +147,17 @@ memory::data_type type_of<float>() {
 
 // x[rows, cols] (row stride ld) into out[rows_out, cols_out], dense, the
 // rest zero: products of padded k-values are 0 * 0, padded rows are dropped.
+// Only the padding is zeroed, not the whole copy first.
 template <typename T>
 void copy_padded(const T* x, int64_t ld, int64_t rows, int64_t cols, int64_t rows_out,
                  int64_t cols_out, std::vector<T>& out) {
-  out.assign(static_cast<size_t>(rows_out * cols_out), T{0});
-  for (int64_t r = 0; r < rows; ++r)
-    std::memcpy(out.data() + r * cols_out, x + r * ld, sizeof(T) * cols);
+  T* dst = detail::grown(out, rows_out * cols_out);
+  for (int64_t r = 0; r < rows; ++r) {
+    T* row = dst + r * cols_out;
+    std::memcpy(row, x + r * ld, sizeof(T) * cols);
+    std::fill(row + cols, row + cols_out, T{0});
+  }
+  std::fill(dst + rows * cols_out, dst + rows_out * cols_out, T{0});
 }
 
 // op(B)'s k-block as run: where it is, or a zero-padded copy of it.
@@ -198,7 +206,7 @@ void run_block(bool trans_a, bool trans_b, Block mb, int64_t n, Block kb, const 
         b.data, c);
     return;
   }
-  c_copy.resize(static_cast<size_t>(mb.padded * n));
+  detail::grown(c_copy, mb.padded * n);
   if (write == CWrite::kAccumulate) {
     for (int64_t r = 0; r < mb.size; ++r)
       std::memcpy(c_copy.data() + r * n, c + r * ldc, sizeof(float) * n);
@@ -214,8 +222,7 @@ void run_block(bool trans_a, bool trans_b, Block mb, int64_t n, Block kb, const 
 template <typename T>
 void gemm_blocked(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const T* a,
                   int64_t lda, const T* b, int64_t ldb, CWrite write, float* c, int64_t ldc) {
-  Block (*next)(int64_t) =
-      data_dependent.load(std::memory_order_relaxed) > 0 ? next_data_dependent_block : next_block;
+  Block (*next)(int64_t) = data_dependent_shapes() ? next_data_dependent_block : next_block;
   for (int64_t p0 = 0; p0 < k;) {
     const Block kb = next(k - p0);
     const BlockB<T> b_block = block_b(trans_b, n, kb, trans_b ? b + p0 : b + p0 * ldb, ldb);
@@ -268,6 +275,8 @@ Block next_data_dependent_block(int64_t rest) {
   if (rest >= kWhole) return {kWhole, kWhole, false};
   return {rest, (rest + kGrain - 1) / kGrain * kGrain, true};
 }
+
+bool data_dependent_shapes() { return data_dependent.load(std::memory_order_relaxed) > 0; }
 
 DataDependentShapes::DataDependentShapes() { data_dependent.fetch_add(1); }
 DataDependentShapes::~DataDependentShapes() { data_dependent.fetch_sub(1); }

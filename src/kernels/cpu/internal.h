@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "kernels/cpu/kernels.h"
 
@@ -27,6 +28,15 @@ float* thread_scratch(size_t floats);
 
 inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
+// At least n elements of a reused (per-thread) scratch vector. It only
+// grows: std::vector::resize down and up again would zero the difference on
+// every call, a memset per kernel call of bytes nobody reads.
+template <typename T>
+T* grown(std::vector<T>& buffer, int64_t n) {
+  if (buffer.size() < static_cast<size_t>(n)) buffer.resize(static_cast<size_t>(n));
+  return buffer.data();
+}
+
 // Rows per chunk: a function of the problem's row count only, never of the
 // thread count. OpenBLAS's sgemm rounds a row differently depending on the
 // row block it falls in (edge tiles of the NN layout take another path), so
@@ -37,8 +47,16 @@ inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 // Every chunk repacks the GEMM's other operand (the weight), so a dense GEMM
 // takes 4: balanced on 1, 2 or 4 threads, and half the weight packing of 8
 // (about a tenth of sgemm's time at 256-row chunks of the debug models).
+//
+// Under DataDependentShapes (gemm_onednn.h: an MoE expert's rows, a new
+// count every step) chunks are always 128 rows, so what a chunk sizes (its
+// scratch, its GEMM shapes) never grows with the data: a quarter of a new
+// largest expert grew a chunk's scratch, and its fresh pages faulted in,
+// steps after warm-up. Up to 512 rows that is the same cut.
+bool data_dependent_shapes();
 inline int64_t chunk_rows(int64_t total, int64_t target_chunks = 4) {
   constexpr int64_t kMinRows = 128, kAlign = 16;
+  if (data_dependent_shapes()) return kMinRows;
   const int64_t rows = (total + target_chunks - 1) / target_chunks;
   return std::max(kMinRows, (rows + kAlign - 1) / kAlign * kAlign);
 }

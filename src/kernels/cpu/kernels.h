@@ -188,7 +188,10 @@ void adamw_update(float* param, const float* grad, float* exp_avg, float* exp_av
 double measure_peak_flops(int threads, double seconds = 0.2);
 // The best of `runs` measurements of `seconds` each: another process taking
 // the cores during one run (which made a single measurement read half the
-// true peak, and MFU 149%) does not lower the result.
-double best_peak_flops(int threads, int runs = 5, double seconds = 0.05);
+// true peak, and MFU 149%) does not lower the result. Runs are short: on a
+// loaded host (load 8 on 2 cores) every 50 ms run shared its core and the
+// best of 5 read a quarter of the peak (MFU 4x too high), while the best of
+// 40 runs of 1 ms found the whole one, as it does on a quiet host.
+double best_peak_flops(int threads, int runs = 40, double seconds = 0.001);
 
 }  // namespace remat::cpu

@@ -18,9 +18,9 @@ namespace {
 const float* rows_fp32(ActIn x, int64_t k, int64_t r0, int64_t r1, std::vector<float>& scratch) {
   if (!x.bf16) return static_cast<const float*>(x.data) + r0 * k;
   const bf16* src = static_cast<const bf16*>(x.data) + r0 * k;
-  scratch.resize(static_cast<size_t>((r1 - r0) * k));
-  for (int64_t i = 0; i < (r1 - r0) * k; ++i) scratch[i] = from_bf16(src[i]);
-  return scratch.data();
+  float* wide = detail::grown(scratch, (r1 - r0) * k);
+  for (int64_t i = 0; i < (r1 - r0) * k; ++i) wide[i] = from_bf16(src[i]);
+  return wide;
 }
 
 }  // namespace
@@ -35,8 +35,7 @@ void linear_act_forward(ActIn x, const float* w, bool weight_in_out, int64_t m, 
     const float* a = rows_fp32(x, k, r0, r1, x32);
     float* c = static_cast<float*>(y.data) + r0 * n;
     if (y.bf16) {  // fp32 results for the chunk, rounded once into the output
-      y32.resize(static_cast<size_t>((r1 - r0) * n));
-      c = y32.data();
+      c = detail::grown(y32, (r1 - r0) * n);
     }
     gemm_fp32(false, !weight_in_out, r1 - r0, n, k, a, k, w, weight_in_out ? n : k,
               CWrite::kOverwrite, c, n);
@@ -53,9 +52,9 @@ void linear_act_backward(const float* dy, ActIn x, const float* w, bool weight_i
   const float* x32 = nullptr;
   thread_local std::vector<float> wide;
   if (dw != nullptr && x.bf16) {
-    wide.resize(static_cast<size_t>(m * k));
-    widen_from_bf16(static_cast<const bf16*>(x.data), m * k, wide.data());
-    x32 = wide.data();
+    float* x_wide = detail::grown(wide, m * k);
+    widen_from_bf16(static_cast<const bf16*>(x.data), m * k, x_wide);
+    x32 = x_wide;
   } else if (dw != nullptr) {
     x32 = static_cast<const float*>(x.data);
   }

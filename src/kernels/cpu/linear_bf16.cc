@@ -45,9 +45,9 @@ void linear_bf16_forward(const bf16* x, const bf16* w, bool weight_in_out, int64
   prepare_b(bf16_gemm(), !weight_in_out, k, n, w, ldw, prepared);
   detail::split_rows(m, k * n, [&](int64_t r0, int64_t r1) {
     // fp32 accumulators for the chunk, rounded once into the bf16 output.
-    thread_local std::vector<float> acc;
-    acc.resize(static_cast<size_t>((r1 - r0) * n));
-    gemm_bf16_prepared(false, r1 - r0, x + r0 * k, k, prepared, CWrite::kOverwrite, acc.data(), n);
+    thread_local std::vector<float> buffer;
+    float* acc = detail::grown(buffer, (r1 - r0) * n);
+    gemm_bf16_prepared(false, r1 - r0, x + r0 * k, k, prepared, CWrite::kOverwrite, acc, n);
     // Not narrow_to_bf16: its own team would nest inside this chunk's.
     bf16* out = static_cast<bf16*>(y) + r0 * n;
     for (int64_t i = 0; i < (r1 - r0) * n; ++i) out[i] = to_bf16(acc[i]);
@@ -57,8 +57,12 @@ void linear_bf16_forward(const bf16* x, const bf16* w, bool weight_in_out, int64
 void linear_bf16_backward(const bf16* dy, const bf16* x, const bf16* w, bool weight_in_out,
                           int64_t m, int64_t k, int64_t n, float* dx, float* dw, bool fresh_dw,
                           bool fresh_dx) {
-  if (m == 0 && fresh_dw && dw != nullptr)  // no rows (an expert without tokens): dw is zero
+  // An empty product is zero, and a fresh gradient is still written with it:
+  // dw when there are no rows (an expert without tokens), dx when n = 0.
+  if (m == 0 && fresh_dw && dw != nullptr)
     std::memset(dw, 0, sizeof(float) * static_cast<size_t>(k * n));
+  if (n == 0 && fresh_dx && dx != nullptr)
+    std::memset(dx, 0, sizeof(float) * static_cast<size_t>(m * k));
   if (m == 0 || n == 0 || k == 0) return;
   // dx[m, k] (+)= dy[m, n] @ op(w)^T, split over the rows of dx.
   if (dx != nullptr) {
@@ -89,14 +93,14 @@ void grouped_linear_bf16_forward(const bf16* rows, const float* offsets, const b
 
 void grouped_linear_bf16_backward(const bf16* dout, const bf16* rows, const float* offsets,
                                   const bf16* w, int64_t experts, int64_t k, int64_t n,
-                                  float* drows, float* dw, bool fresh_dw) {
+                                  float* drows, float* dw, bool fresh_dw, bool fresh_drows) {
   const detail::DataDependentShapes expert_rows;  // gemm_onednn.h
   for (int64_t e = 0; e < experts; ++e) {
     const auto begin = static_cast<int64_t>(offsets[e]);
     const auto end = static_cast<int64_t>(offsets[e + 1]);
     linear_bf16_backward(dout + begin * n, rows + begin * k, w + e * k * n, /*weight_in_out=*/true,
                          end - begin, k, n, drows == nullptr ? nullptr : drows + begin * k,
-                         dw == nullptr ? nullptr : dw + e * k * n, fresh_dw);
+                         dw == nullptr ? nullptr : dw + e * k * n, fresh_dw, fresh_drows);
   }
 }
 

@@ -1,6 +1,5 @@
 // RMSNorm over the last dimension: out = (x * rstd) * w, as torchtitan computes it.
 #include <cmath>
-#include <cstring>
 
 #include "kernels/cpu/internal.h"
 #include "kernels/cpu/kernels.h"
@@ -49,9 +48,11 @@ void rmsnorm_forward(const float* x, const float* weight, int64_t rows, int64_t 
 //   dw = sum over rows of g * x * r
 void rmsnorm_backward(const float* dout, const float* x, const float* weight, const float* rstd,
                       int64_t rows, int64_t dim, float* dx, float* dweight, uint32_t fresh) {
-  // A fresh dx row (kernels.h) is zeroed while in cache and then takes the
-  // accumulating loop: writing 0.0f + (...) in a second loop lets the compiler
-  // contract its products differently (C++'s -ffp-contract=fast), off by an ulp.
+  // A fresh dx row (kernels.h) is written as 0.0f + (...), the bits of
+  // accumulating into zeros, without zeroing it first. Both loops add the same
+  // value because its products are contracted by hand (std::fma): left to the
+  // compiler (C++'s -ffp-contract=fast), each loop could contract them
+  // differently, off by an ulp.
   const bool fresh_dx = (fresh & 1) != 0, fresh_dweight = (fresh & 2) != 0;
   const int nt = num_threads();
   const bool par = rows * dim >= detail::kParallelMin;
@@ -77,8 +78,12 @@ void rmsnorm_backward(const float* dout, const float* x, const float* weight, co
       const double rd = rstd[r];
       const float rs = rstd[r];
       const float c = static_cast<float>(rd * rd * rd * s / static_cast<double>(dim));
-      if (fresh_dx) std::memset(dxr, 0, sizeof(float) * static_cast<size_t>(dim));
-      for (int64_t i = 0; i < dim; ++i) dxr[i] += rs * (gr[i] * weight[i]) - xr[i] * c;
+      if (fresh_dx) {
+        for (int64_t i = 0; i < dim; ++i)
+          dxr[i] = 0.0f + std::fma(rs, gr[i] * weight[i], -(xr[i] * c));
+      } else {
+        for (int64_t i = 0; i < dim; ++i) dxr[i] += std::fma(rs, gr[i] * weight[i], -(xr[i] * c));
+      }
     }
   }
   if (dweight != nullptr) {

@@ -43,17 +43,16 @@ void copy_rounded(const float* src, ActOut y, int64_t begin, int64_t n) {
 // into `scratch`.
 const float* widened(ActIn x, int64_t begin, int64_t n, std::vector<float>& scratch) {
   if (!x.bf16) return static_cast<const float*>(x.data) + begin;
-  scratch.resize(static_cast<size_t>(n));
-  copy_widened(x, begin, n, scratch.data());
-  return scratch.data();
+  float* wide = detail::grown(scratch, n);
+  copy_widened(x, begin, n, wide);
+  return wide;
 }
 
 // Where a kernel writes elements [begin, begin + n) of a result: in place,
 // or `scratch`, rounded into place by `store` afterwards.
 float* result(ActOut y, int64_t begin, int64_t n, std::vector<float>& scratch) {
   if (!y.bf16) return static_cast<float*>(y.data) + begin;
-  scratch.resize(static_cast<size_t>(n));
-  return scratch.data();
+  return detail::grown(scratch, n);
 }
 
 void store(ActOut y, int64_t begin, int64_t n, const std::vector<float>& scratch) {
@@ -102,13 +101,13 @@ void rmsnorm_forward_act(ActIn x, const float* weight, int64_t rows, int64_t dim
 }
 
 void rmsnorm_backward_act(const float* dout, ActIn x, const float* weight, const float* rstd,
-                          int64_t rows, int64_t dim, float* dx, float* dweight,
-                          bool fresh_dweight) {
+                          int64_t rows, int64_t dim, float* dx, float* dweight, bool fresh_dweight,
+                          bool fresh_dx) {
   if (dx != nullptr) {
     by_rows(rows, dim, [&](int64_t r0, int64_t n) {
       const int64_t begin = r0 * dim;
       rmsnorm_backward(dout + begin, widened(x, begin, n * dim, t_scratch.a), weight, rstd + r0, n,
-                       dim, dx + begin, nullptr);
+                       dim, dx + begin, nullptr, fresh_dx ? 0b01 : 0);
     });
   }
   if (dweight == nullptr) return;
@@ -151,8 +150,8 @@ void rope_forward_act(ActIn x, int64_t batch, int64_t seq, int64_t first_positio
   by_chunks(chunks, batch * seq * width, [&](int64_t c) {
     Scratch& s = t_scratch;
     const int64_t p0 = c * per, n = std::min(per, seq - p0), count = n * width;
-    s.a.resize(static_cast<size_t>(batch * count));
-    s.out.resize(static_cast<size_t>(batch * count));
+    detail::grown(s.a, batch * count);
+    detail::grown(s.out, batch * count);
     for (int64_t b = 0; b < batch; ++b) {
       copy_widened(x, (b * seq + p0) * width, count, s.a.data() + b * count);
     }

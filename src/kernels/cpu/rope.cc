@@ -1,6 +1,5 @@
 // Rotary position embedding, torchtitan's interleaved pair layout.
 #include <cmath>
-#include <cstring>
 #include <stdexcept>
 
 #include "kernels/cpu/internal.h"
@@ -18,10 +17,11 @@ constexpr int64_t kMaxPairs = 512;  // head_dim up to 1024
 enum class Store {
   kAssign,  // out = rotated (forward)
   kAdd,     // out += rotated (backward)
-  // out = 0 + rotated (backward into a fresh gradient, kernels.h): each row
-  // is zeroed while it is in cache, then takes kAdd's code path. Writing
-  // 0.0f + y instead lets the compiler contract y's products differently
-  // (-ffp-contract=fast is C++'s default), off by an ulp.
+  // out = 0 + rotated (backward into a fresh gradient, kernels.h): the
+  // bits of kAdd into a zeroed buffer, without zeroing it. Both add the same
+  // rotated value because its products are contracted by hand (std::fma):
+  // left to the compiler (-ffp-contract=fast, C++'s default), each store
+  // path could contract them differently, off by an ulp.
   kAddToZero,
 };
 
@@ -47,17 +47,19 @@ void rope_apply(const float* x, int64_t batch, int64_t seq, int64_t first, int64
     for (int64_t b = 0; b < batch; ++b) {
       const float* xr = x + (b * seq + p) * row;
       float* yr = out + (b * seq + p) * row;
-      if (store == Store::kAddToZero) std::memset(yr, 0, sizeof(float) * static_cast<size_t>(row));
       for (int64_t h = 0; h < heads; ++h) {
         const float* xh = xr + h * head_dim;
         float* yh = yr + h * head_dim;
         for (int64_t i = 0; i < pairs; ++i) {
           const float x0 = xh[2 * i], x1 = xh[2 * i + 1];
-          const float y0 = x0 * c[i] - x1 * s[i];
-          const float y1 = x0 * s[i] + x1 * c[i];
-          if (store != Store::kAssign) {
+          const float y0 = std::fma(x0, c[i], -(x1 * s[i]));
+          const float y1 = std::fma(x0, s[i], x1 * c[i]);
+          if (store == Store::kAdd) {
             yh[2 * i] += y0;
             yh[2 * i + 1] += y1;
+          } else if (store == Store::kAddToZero) {
+            yh[2 * i] = 0.0f + y0;  // +0 for a -0 rotation, as the zeroed buffer gives
+            yh[2 * i + 1] = 0.0f + y1;
           } else {
             yh[2 * i] = y0;
             yh[2 * i + 1] = y1;
