@@ -1,3 +1,7 @@
 #include "cli/commands.h"
+#include "core/host_memory.h"
 
-int main(int argc, char** argv) { return remat::run_cli(argc, argv); }
+int main(int argc, char** argv) {
+  remat::keep_malloc_memory_mapped();
+  return remat::run_cli(argc, argv);
+}

@@ -1,5 +1,6 @@
 #include "core/host_memory.h"
 
+#include <malloc.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -28,6 +29,14 @@ int64_t process_minor_faults() {
   rusage usage{};
   if (getrusage(RUSAGE_SELF, &usage) != 0) return 0;
   return static_cast<int64_t>(usage.ru_minflt);
+}
+
+void keep_malloc_memory_mapped() {
+  // Below 64 MiB from the heap (not mmap), and never trim below 1 GiB of
+  // free heap. Fixing M_MMAP_THRESHOLD alone would also fix the trim
+  // threshold at its 128 KiB default and trim on nearly every free.
+  mallopt(M_MMAP_THRESHOLD, 64 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
 }
 
 }  // namespace remat

@@ -5,19 +5,23 @@ buffers for the next step, and the GEMM libraries' kernels for the shapes
 they have met, so once the first steps have faulted in every buffer and
 every kernel, later steps must not fault again. Runs llama3 debug (AC none)
 and llama4 debug (op AC, with recompute, and MoE experts whose row counts
-change every step), in fp32 on each GEMM library, and llama3 in bf16, and reads the page faults remat counts for each logged
+change every step), in fp32 on each GEMM library and in bf16, and reads the
+page faults remat counts for each logged
 step (`minor_faults` in the metrics file, the process's own getrusage):
 steps after warm-up may add at most a few pages between them (stdout
 buffers, the metrics line), far below one activation buffer of these models
 (hundreds of pages each). Counting inside the process per step keeps
 start-up out of it: start-up itself faults a different number of pages
-from run to run (thread arenas, the peak measurement). Warm-up is 4 steps:
-bf16's GEMMs take per-call temporaries from malloc (outside remat's
-allocator), which glibc serves from fresh mmaps until its adaptive mmap
-threshold has risen past them, on step 2, 3 or 4 (with
-MALLOC_MMAP_THRESHOLD_ fixed at 32 MiB they fault about 7,500 pages on
-every step instead). Not yet held, so not tested: bf16 llama4, whose steps
-after warm-up still fault about 175 pages now and then (issue 11).
+from run to run (thread arenas, the peak measurement). Warm-up is 4 steps
+(MoE experts meet their last new GEMM block shape, and JIT it, by step 3 or
+4). Once warm, no step faults:
+oneDNN's matmuls allocate temporaries of 0.3-1.4 MiB with malloc on every
+call (outside remat's allocator); glibc served them from fresh mmaps, or
+from heap it had just trimmed, so steps faulted ~900 KiB now and then long
+after warm-up, until remat fixed glibc's mmap and trim thresholds
+(core/host_memory.h, keep_malloc_memory_mapped). bf16 llama4 also faulted
+about 175 pages now and then until the expert GEMMs' row chunks stopped
+growing with the largest expert (kernels/cpu/internal.h, chunk_rows).
 """
 import json
 import os
@@ -27,7 +31,7 @@ import tempfile
 
 REMAT = sys.argv[1]
 AC = "--activation_checkpoint."
-WARMUP, STEPS = 4, 8
+WARMUP, STEPS = 4, 10
 SLACK_PAGES = 64  # one [8 x 256 x 256] fp32 activation alone is 512 pages
 
 
@@ -47,8 +51,7 @@ def main():
         for config, mode in (("configs/llama3_debug.toml", ["none"]),
                              ("configs/llama4_debug.toml",
                               ["selective", AC + "selective_ac_option", "op"])):
-            bf16 = [] if "llama4" in config else [
-                ({}, ["--training.mixed_precision_param", "bfloat16"])]
+            bf16 = [({}, ["--training.mixed_precision_param", "bfloat16"])]
             for env, extra in (({}, []), ({"REMAT_FP32_GEMM": "openblas"}, []),
                                ({"REMAT_FP32_GEMM": "onednn"}, []), *bf16):
                 args = ["--config", config, AC + "mode", *mode, *extra]
