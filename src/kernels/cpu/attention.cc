@@ -28,14 +28,16 @@ struct Avx2 {
   static Reg fmadd(Reg a, Reg b, Reg c) { return _mm256_fmadd_ps(a, b, c); }
   static Reg fmsub(Reg a, Reg b, Reg c) { return _mm256_fmsub_ps(a, b, c); }
   static Reg exp2(Reg x) { return detail::exp2_256(x); }
-  static float hsum(Reg x) { return detail::hsum(x); }
-  static float hmax(Reg x) { return detail::hmax(x); }
-  static Reg keep_below(Reg x, int64_t j0, int64_t n, Reg fill) {
-    if (j0 + kW <= n) return x;
+  // Lanes j0 + i < lo become fill.
+  static Reg keep_from(Reg x, int64_t j0, int64_t lo, Reg fill) {
+    if (lo <= j0) return x;
     const __m256i idx = _mm256_add_epi32(_mm256_set1_epi32(static_cast<int>(j0)),
                                          _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-    const __m256i keep = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), idx);
+    const __m256i keep = _mm256_cmpgt_epi32(idx, _mm256_set1_epi32(static_cast<int>(lo - 1)));
     return _mm256_blendv_ps(fill, x, _mm256_castsi256_ps(keep));
+  }
+  static bool equal_all(Reg a, Reg b) {
+    return _mm256_movemask_ps(_mm256_cmp_ps(a, b, _CMP_EQ_OQ)) == 0xFF;
   }
   static void gemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t ars, int64_t aks,
                    const float* b, int64_t ldb, float* c, int64_t ldc, bool accumulate) {

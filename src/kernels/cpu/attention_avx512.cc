@@ -1,6 +1,6 @@
 // The AVX-512 instantiation of the attention kernels (attention_impl.h): 16
 // lanes, masked tails, exp2 through vscalefps, and a register-blocked tile
-// micro-kernel of up to 12 rows x 64 columns.
+// micro-kernel (6 rows x 64 columns down to 16 rows x 16 columns).
 //
 // Only the code after the target pragma is AVX-512: every header it uses is
 // included before it, so their inline functions (shared with the AVX2 code of
@@ -41,10 +41,13 @@ namespace {
 
 // C[r, n] (+)= sum_k A(r, k) * B[k, n] for r < R, n < 16 * NV (as tile.h's
 // micro_kernel, on 16 lanes). Fully unrolled, so the accumulator array lives
-// in registers.
-template <int R, int NV>
+// in registers. A row stride kArs > 0 is fixed at compile time (ars is then
+// ignored): the R row addresses become displacements off one register, where
+// 16 runtime row offsets would not fit in the general registers and spill.
+template <int R, int NV, int64_t kArs = 0>
 inline void micro_kernel_512(int64_t K, const float* a, int64_t ars, int64_t aks, const float* b,
                              int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+  if constexpr (kArs > 0) ars = kArs;
   __m512 acc[R][NV];
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r)
@@ -68,9 +71,11 @@ inline void micro_kernel_512(int64_t K, const float* a, int64_t ars, int64_t aks
     for (int v = 0; v < NV; ++v) _mm512_storeu_ps(c + r * ldc + 16 * v, acc[r][v]);
 }
 
-// Rows per micro-kernel call for NV vectors of columns: about 24 accumulators
-// of the 32 registers.
-constexpr int rows_for(int nv) { return nv >= 4 ? 6 : nv == 3 ? 8 : 12; }
+// Rows per micro-kernel call for NV vectors of columns: 16 to 24 accumulators
+// of the 32 registers, and a divisor of the 16 or 64 rows of most products
+// where that fits (a short tail has too few accumulators to hide the FMA
+// latency: 64 rows as 5 x 12 + 4 ran its last 4 at a fraction of the rate).
+constexpr int rows_for(int nv) { return nv >= 4 ? 6 : nv == 3 ? 8 : nv == 2 ? 8 : 16; }
 
 template <int NV, int R = rows_for(NV)>
 inline void micro_rows_512(int64_t rows, int64_t K, const float* a, int64_t ars, int64_t aks,
@@ -87,9 +92,28 @@ template <int NV>
 void column_block(int64_t M, int64_t K, const float* a, int64_t ars, int64_t aks, const float* b,
                   int64_t ldb, float* c, int64_t ldc, bool accumulate) {
   constexpr int64_t kRows = rows_for(NV);
-  for (int64_t m0 = 0; m0 < M; m0 += kRows) {
-    const int64_t rows = M - m0 < kRows ? M - m0 : kRows;
+  // 16 rows per call: the row strides of the 16-column products (a
+  // probability tile of 64 lanes per key row, or a packed K / V tile read
+  // transposed) at compile time.
+  if (NV == 1 && (ars == 64 || ars == 1) && M % kRows == 0) {
+    for (int64_t m0 = 0; m0 < M; m0 += kRows) {
+      if (ars == 64)
+        micro_kernel_512<kRows, NV, 64>(K, a + m0 * ars, ars, aks, b, ldb, c + m0 * ldc, ldc,
+                                        accumulate);
+      else
+        micro_kernel_512<kRows, NV, 1>(K, a + m0 * ars, ars, aks, b, ldb, c + m0 * ldc, ldc,
+                                       accumulate);
+    }
+    return;
+  }
+  for (int64_t m0 = 0; m0 < M;) {
+    // A remainder of a few rows past the last full block is split evenly
+    // with it (8 rows as 4 + 4, not 6 + 2): a block of 1 or 2 rows holds too
+    // few accumulators to hide the FMA latency.
+    const int64_t left = M - m0;
+    const int64_t rows = left <= kRows ? left : left < kRows + kRows / 2 ? left / 2 : kRows;
     micro_rows_512<NV>(rows, K, a + m0 * ars, ars, aks, b, ldb, c + m0 * ldc, ldc, accumulate);
+    m0 += rows;
   }
 }
 
@@ -126,24 +150,16 @@ struct Avx512 {
     return _mm512_scalef_ps(y, fx);
   }
 
-  // Fixed order: the two halves added (or maxed), then tile.h's 8-lane order.
-  static float hsum(Reg x) {
-    return detail::hsum(
-        _mm256_add_ps(_mm512_castps512_ps256(x),
-                      _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1))));
-  }
-  static float hmax(Reg x) {
-    return detail::hmax(
-        _mm256_max_ps(_mm512_castps512_ps256(x),
-                      _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1))));
+  // Lanes j0 + i < lo become fill.
+  static Reg keep_from(Reg x, int64_t j0, int64_t lo, Reg fill) {
+    if (lo <= j0) return x;
+    if (lo >= j0 + kW) return fill;
+    const auto lanes = static_cast<unsigned>(lo - j0);
+    return _mm512_mask_blend_ps(static_cast<__mmask16>(~((1u << lanes) - 1)), fill, x);
   }
 
-  static Reg keep_below(Reg x, int64_t j0, int64_t n, Reg fill) {
-    if (j0 + kW <= n) return x;
-    const int64_t lanes = n - j0;
-    const __mmask16 keep =
-        lanes <= 0 ? 0 : static_cast<__mmask16>((1u << static_cast<unsigned>(lanes)) - 1);
-    return _mm512_mask_blend_ps(keep, fill, x);
+  static bool equal_all(Reg a, Reg b) {
+    return _mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ) == static_cast<__mmask16>(0xFFFF);
   }
 
   // Column blocks of 64, then one of the remaining 16, 32 or 48.
