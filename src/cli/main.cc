@@ -1,7 +1,9 @@
 #include "cli/commands.h"
 #include "core/host_memory.h"
+#include "train/stop_signal.h"
 
 int main(int argc, char** argv) {
+  remat::route_stop_signals_to_own_thread();  // before any thread starts
   remat::keep_malloc_memory_mapped();
   return remat::run_cli(argc, argv);
 }

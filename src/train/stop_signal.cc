@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <thread>
 #include <utility>
 
 namespace remat {
@@ -34,7 +35,25 @@ void on_stop_signal(int signal) {
   errno = saved_errno;
 }
 
+sigset_t stop_signal_set() {
+  sigset_t both;
+  sigemptyset(&both);
+  sigaddset(&both, SIGINT);
+  sigaddset(&both, SIGTERM);
+  return both;
+}
+
 }  // namespace
+
+void route_stop_signals_to_own_thread() {
+  const sigset_t both = stop_signal_set();
+  pthread_sigmask(SIG_BLOCK, &both, nullptr);
+  // Detached: it only waits, and ends with the process.
+  std::thread([both] {
+    pthread_sigmask(SIG_UNBLOCK, &both, nullptr);
+    for (;;) ::pause();  // returns after each handler; the default action ends the process
+  }).detach();
+}
 
 StopSignals::StopSignals(std::function<void(int)> on_first) : on_first_(std::move(on_first)) {
   g_signal = 0;
@@ -57,11 +76,8 @@ StopSignals::StopSignals(std::function<void(int)> on_first) : on_first_(std::mov
 
 // Waits for the handler's bytes; the pipe's end (EOF) ends it.
 void StopSignals::watch() {
-  sigset_t both;
-  sigemptyset(&both);
-  sigaddset(&both, SIGINT);
-  sigaddset(&both, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &both, nullptr);  // the handler runs on the other threads
+  const sigset_t both = stop_signal_set();
+  pthread_sigmask(SIG_BLOCK, &both, nullptr);  // never here: on_first may be running
   bool called = false;
   for (;;) {
     char byte = 0;

@@ -10,6 +10,9 @@
 // Work that cannot wait for the step boundary (a snapshot of the training
 // state, train/stop_snapshot.h) goes in `on_first`: it runs on a thread of
 // its own, never in the signal handler, so it may allocate, lock and fork.
+//
+// Neither signal is ever handled on a thread that runs kernels
+// (route_stop_signals_to_own_thread below).
 #pragma once
 
 #include <csignal>
@@ -17,6 +20,20 @@
 #include <thread>
 
 namespace remat {
+
+// Keeps SIGINT and SIGTERM off every thread main() starts, kernels' threads
+// included, and gives them one thread of their own to be handled on (by
+// StopSignals' handlers, or by their default action, which ends the process
+// as before). Call it first in main(), before any thread starts: threads
+// inherit the block. Why: oneDNN's JIT f32 GEMM kernels point the stack
+// pointer at a heap buffer while they run (oneDNN issue 4845, fixed upstream
+// after the 2.x that Debian ships), so a signal handled on such a thread
+// writes its frame over the heap; under mpirun, Ctrl-C's SIGTERM did that
+// in about half the runs ("corrupted size vs. prev_size" a step later).
+// Threads started before main() (OpenBLAS's pool, by its library's
+// constructor) keep both signals: their kernels are compiled code with a
+// real stack, where a handler is harmless.
+void route_stop_signals_to_own_thread();
 
 class StopSignals {
  public:
