@@ -7,6 +7,8 @@
 // thread and on OpenMP workers: every product keeps its bits, nothing
 // aborts, and the stop is still recorded. Without the routing (main() not
 // calling it), this test dies of heap corruption or sees changed bits.
+#include "train/stop_signal.h"
+
 #include <gtest/gtest.h>
 #include <omp.h>
 #include <pthread.h>
@@ -20,7 +22,6 @@
 #include <vector>
 
 #include "kernels/cpu/gemm_onednn.h"
-#include "train/stop_signal.h"
 
 namespace remat {
 namespace {

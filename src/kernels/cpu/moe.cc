@@ -162,22 +162,28 @@ void moe_route_backward(const float* dscores, const float* logits, const float* 
                         int64_t tokens, int64_t experts, int64_t top_k, bool sigmoid,
                         float* dlogits, uint32_t fresh) {
   const bool fresh_dl = (fresh & 1) != 0;  // each dlogits row is written once
-#pragma omp parallel for schedule(static) if (tokens * experts >= detail::kParallelMin)
-  for (int64_t t = 0; t < tokens; ++t) {
-    std::vector<float> p(experts), g(experts, 0.0f);
-    score_row(logits + t * experts, experts, sigmoid, p.data());
-    for (int64_t j = 0; j < top_k; ++j) {
-      g[static_cast<int64_t>(indices[t * top_k + j])] += dscores[t * top_k + j];
-    }
-    float* dl = dlogits + t * experts;
-    if (sigmoid) {
-      for (int64_t e = 0; e < experts; ++e)
-        dl[e] = (fresh_dl ? 0.0f : dl[e]) + g[e] * p[e] * (1.0f - p[e]);
-    } else {
-      // softmax Jacobian: dl_e = p_e * (g_e - sum_i p_i g_i)
-      float dot = 0;
-      for (int64_t e = 0; e < experts; ++e) dot += p[e] * g[e];
-      for (int64_t e = 0; e < experts; ++e) dl[e] = (fresh_dl ? 0.0f : dl[e]) + p[e] * (g[e] - dot);
+  // One pair of score rows per thread, not per token.
+#pragma omp parallel if (tokens * experts >= detail::kParallelMin)
+  {
+    std::vector<float> p(experts), g(experts);
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < tokens; ++t) {
+      score_row(logits + t * experts, experts, sigmoid, p.data());
+      std::fill(g.begin(), g.end(), 0.0f);
+      for (int64_t j = 0; j < top_k; ++j) {
+        g[static_cast<int64_t>(indices[t * top_k + j])] += dscores[t * top_k + j];
+      }
+      float* dl = dlogits + t * experts;
+      if (sigmoid) {
+        for (int64_t e = 0; e < experts; ++e)
+          dl[e] = (fresh_dl ? 0.0f : dl[e]) + g[e] * p[e] * (1.0f - p[e]);
+      } else {
+        // softmax Jacobian: dl_e = p_e * (g_e - sum_i p_i g_i)
+        float dot = 0;
+        for (int64_t e = 0; e < experts; ++e) dot += p[e] * g[e];
+        for (int64_t e = 0; e < experts; ++e)
+          dl[e] = (fresh_dl ? 0.0f : dl[e]) + p[e] * (g[e] - dot);
+      }
     }
   }
 }
