@@ -13,6 +13,7 @@
 #include "cli/generate_command.h"
 #include "cli/tokenizer_command.h"
 #include "core/error.h"
+#include "core/host_memory.h"
 #include "dist/comm.h"
 #include "io/config.h"
 #include "io/tokenizer.h"
@@ -98,7 +99,8 @@ int dispatch(int argc, char** argv, Communicator& comm) {
   }
   resolve_tokenizer(config);
   print_startup(config, notes);
-  if (c.command == "train") return run_train(config, comm);
+  if (c.command == "train") return run_train(config, comm);  // ends the malloc warm-up itself
+  end_malloc_warm_up();
   if (c.command == "eval") return run_eval(config);
   if (c.command == "plan") return run_plan(config, plan);
   if (c.command == "generate") return run_generate(config, generate);

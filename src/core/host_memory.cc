@@ -39,4 +39,9 @@ void keep_malloc_memory_mapped() {
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
 }
 
+// Blocks handed out read 0x5a5a5a5a (1.5e16 as a float): loud if read.
+void begin_malloc_warm_up() { mallopt(M_PERTURB, 0xa5); }
+
+void end_malloc_warm_up() { mallopt(M_PERTURB, 0); }
+
 }  // namespace remat

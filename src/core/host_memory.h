@@ -29,4 +29,19 @@ int64_t process_minor_faults();
 // (the blocks were in use at once before too). Call once, first thing.
 void keep_malloc_memory_mapped();
 
+// Training's warm-up, from the process's start to the end of its second
+// step: meanwhile glibc fills every block malloc hands out and every block
+// freed (M_PERTURB), so that every heap page the process has used by the end
+// of it has been touched. Without it, steps long after warm-up still faulted
+// in fresh heap pages now and then (150-223 at a time, in about a third of
+// the runs under load): oneDNN's gemm:jit mallocs packing buffers of 0.3-1.4
+// MiB on every call, and where glibc places them drifts from step to step;
+// one that landed on heap pages that earlier blocks (set-up's included) had
+// held but never written faulted them in. The fills cost a memset per block
+// until the warm-up ends; nothing may read a block before writing it anyway
+// (the fill is not zeros). main() begins it; the trainer ends it after its
+// warm-up steps, every other command before it starts.
+void begin_malloc_warm_up();
+void end_malloc_warm_up();  // idempotent
+
 }  // namespace remat

@@ -444,9 +444,14 @@ int Trainer::train() {
   int64_t step = start_step_;
   bool diverged = false;
   int signal = 0;
+  // Step 1 makes every buffer, and step 2 still meets a few new GEMM
+  // temporaries: the heap is touched through by the end of step 2.
+  constexpr int64_t kMallocWarmUpSteps = 2;
   while (step < config_.training.steps && !(signal = agreed_stop(stop)) && !diverged) {
     diverged = !train_step(++step);
+    if (step == start_step_ + kMallocWarmUpSteps) end_malloc_warm_up();
   }
+  end_malloc_warm_up();
   return finish(step, diverged, signal);
 }
 

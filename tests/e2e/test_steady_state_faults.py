@@ -19,7 +19,12 @@ oneDNN's matmuls allocate temporaries of 0.3-1.4 MiB with malloc on every
 call (outside remat's allocator); glibc served them from fresh mmaps, or
 from heap it had just trimmed, so steps faulted ~900 KiB now and then long
 after warm-up, until remat fixed glibc's mmap and trim thresholds
-(core/host_memory.h, keep_malloc_memory_mapped). bf16 llama4 also faulted
+(core/host_memory.h, keep_malloc_memory_mapped); and where glibc places
+oneDNN gemm:jit's per-call packing buffers drifts from step to step, so one
+landing on heap pages that no block had written yet faulted 150-223 pages
+at steps 5-10 in about a third of the runs under load (this test failed in
+CI so), until glibc filled every block during warm-up (begin_malloc_warm_up,
+process start to step 2). bf16 llama4 also faulted
 about 175 pages now and then until the expert GEMMs' row chunks stopped
 growing with the largest expert (kernels/cpu/internal.h, chunk_rows).
 """
