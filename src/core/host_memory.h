@@ -44,4 +44,20 @@ void keep_malloc_memory_mapped();
 void begin_malloc_warm_up();
 void end_malloc_warm_up();  // idempotent
 
+// Writes `bytes` of the calling thread's malloc arena that no block has
+// written yet: the top of its heap, where a block goes that fits in no free
+// hole. The warm-up's fills touch every block used so far, but the heap's
+// high-water mark still moved now and then: where oneDNN's per-call packing
+// buffers land drifts with the order the threads free them in, and about one
+// run in twenty under load grew the main arena 0.6-2 MiB past its warm-up
+// extent at some step after warm-up, faulting 150-489 fresh pages there.
+// Call on every thread that runs kernels, after end_malloc_warm_up (a block
+// must not be filled as it is taken, or every page would look written): it
+// takes 256 KiB blocks until `bytes` of them were never written (mincore:
+// not resident), writes those pages, and frees every block again. The
+// arena's free space is then that much deeper in written pages; RSS grows
+// by about `bytes` per thread (a quarter more at most: malloc's own
+// bookkeeping around the blocks).
+void touch_malloc_headroom(int64_t bytes);
+
 }  // namespace remat

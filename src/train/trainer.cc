@@ -447,9 +447,15 @@ int Trainer::train() {
   // Step 1 makes every buffer, and step 2 still meets a few new GEMM
   // temporaries: the heap is touched through by the end of step 2.
   constexpr int64_t kMallocWarmUpSteps = 2;
+  // Twice the furthest a heap's high-water mark was seen to move after
+  // warm-up (2 MiB, host_memory.h).
+  constexpr int64_t kMallocHeadroomBytes = 4 << 20;
   while (step < config_.training.steps && !(signal = agreed_stop(stop)) && !diverged) {
     diverged = !train_step(++step);
-    if (step == start_step_ + kMallocWarmUpSteps) end_malloc_warm_up();
+    if (step == start_step_ + kMallocWarmUpSteps) {
+      end_malloc_warm_up();
+      cpu::run_on_every_thread([] { touch_malloc_headroom(kMallocHeadroomBytes); });
+    }
   }
   end_malloc_warm_up();
   return finish(step, diverged, signal);

@@ -24,7 +24,10 @@ oneDNN gemm:jit's per-call packing buffers drifts from step to step, so one
 landing on heap pages that no block had written yet faulted 150-223 pages
 at steps 5-10 in about a third of the runs under load (this test failed in
 CI so), until glibc filled every block during warm-up (begin_malloc_warm_up,
-process start to step 2). bf16 llama4 also faulted
+process start to step 2); and about one run in twenty under load still grew
+the main arena's heap 0.6-2 MiB past its warm-up extent at some later step
+(150-489 fresh pages), until the end of warm-up also wrote 4 MiB past each
+kernel thread's (touch_malloc_headroom). bf16 llama4 also faulted
 about 175 pages now and then until the expert GEMMs' row chunks stopped
 growing with the largest expert (kernels/cpu/internal.h, chunk_rows).
 """

@@ -24,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 namespace remat::cpu {
 
@@ -31,6 +32,9 @@ namespace remat::cpu {
 // cap (isa_capped_at_avx2) and REMAT_FP32_GEMM (gemm_fp32.h) first, so a run
 // starts with a bad one refused.
 void set_num_threads(int threads);
+// Runs fn once on each thread of the kernels' OpenMP pool (num_threads of
+// them, the calling thread among them), at the same time.
+void run_on_every_thread(const std::function<void()>& fn);
 int num_threads();
 
 // The ISA cap, to measure an AVX2-only machine on a newer one:

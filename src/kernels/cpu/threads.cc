@@ -33,6 +33,11 @@ int num_threads() {
   return t > 0 ? t : omp_get_max_threads();
 }
 
+void run_on_every_thread(const std::function<void()>& fn) {
+#pragma omp parallel num_threads(num_threads())
+  fn();
+}
+
 namespace detail {
 
 namespace {
