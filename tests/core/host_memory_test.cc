@@ -2,13 +2,13 @@
 // on pages already written. Each case runs in a fresh process (a death
 // test), with main()'s malloc settings, so the heap holds nothing from other
 // tests and the fault counts are this code's alone.
+#include "core/host_memory.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <cstring>
 #include <vector>
-
-#include "core/host_memory.h"
 
 namespace remat {
 namespace {
