@@ -8,6 +8,10 @@ divided by S: only what a step beyond the first S adds remains.
 
 - page faults (minor, major) and task-clock come from `perf stat` (software
   events); without a working perf, from the child's rusage (no task-clock);
+- in-process faults come from remat's own metrics file (`minor_faults`, its
+  getrusage around each step) for steps S+1 .. 2S of the longer run: exact
+  per step, with no start-up difference in them (binaries that do not report
+  them show n/a);
 - memset calls and bytes come from a counting shim this script compiles from
   a small C file into a temporary folder and preloads (LD_PRELOAD): it
   interposes memset (and __memset_chk), forwards to glibc's and adds up
@@ -36,6 +40,7 @@ Usage: /usr/bin/python3 bench/steady_state.py [--remat build/remat]
 """
 import argparse
 import collections
+import json
 import os
 import statistics
 import subprocess
@@ -172,12 +177,14 @@ def train(remat, args, steps, shim, use_perf, tmp, env=()):
     `env`: NAME=VALUE settings for remat."""
     out = os.path.join(tmp, "memsets.tsv")
     stat = os.path.join(tmp, "perf.csv")
-    for path in (out, stat):
+    # env(1) sets the preload for remat alone, not for perf.
+    metrics = os.path.join(tmp, "metrics.jsonl")
+    for path in (out, stat, metrics):
         if os.path.exists(path):
             os.remove(path)
-    # env(1) sets the preload for remat alone, not for perf.
     command = ["env", *env, f"LD_PRELOAD={shim}", f"MEMSET_COUNT_OUT={out}", remat, "train", *args,
-               "--training.steps", str(steps), "--job.dump_folder", tmp]
+               "--training.steps", str(steps), "--job.dump_folder", tmp,
+               "--metrics.log_freq", "1", "--metrics.jsonl_path", metrics]
     if use_perf:
         subprocess.run(["perf", "stat", "-e", EVENTS, "-x,", "-o", stat, "--", *command],
                        check=True, capture_output=True)
@@ -191,7 +198,20 @@ def train(remat, args, steps, shim, use_perf, tmp, env=()):
         counters = {"page-faults": usage.ru_minflt + usage.ru_majflt,
                     "minor-faults": usage.ru_minflt, "major-faults": usage.ru_majflt}
     calls, callers = parse_memsets(out)
-    return counters, calls, callers
+    return counters, calls, callers, step_faults(metrics)
+
+
+def step_faults(path):
+    """The page faults remat counted in each logged step (getrusage inside
+    the process, the metrics file's minor_faults), or None where the binary
+    does not report them."""
+    faults = []
+    for line in open(path) if os.path.exists(path) else []:
+        record = json.loads(line)
+        if "minor_faults" not in record:
+            return None
+        faults.append(record["minor_faults"])
+    return faults or None
 
 
 def per_step(short, long, steps):
@@ -200,6 +220,9 @@ def per_step(short, long, steps):
     is the noise a per-step figure carries, times S)."""
     counters = {k: (long[0][k] - short[0].get(k, 0)) / steps for k in long[0]}
     counters["start-up faults"] = short[0]["page-faults"]
+    # Inside the process, steps S+1 .. 2S of the long run: exact, no start-up.
+    if long[3] is not None and len(long[3]) == 2 * steps:
+        counters["in-process faults"] = sum(long[3][steps:]) / steps
     calls = {k: (long[1][k] - short[1].get(k, 0)) / steps for k in long[1]}
     nbytes = {k: (long[2][k] - short[2].get(k, 0)) / steps for k in long[2]}
     return counters, calls, nbytes
@@ -243,7 +266,8 @@ def caller_name(module, offset):
 
 def summarize(samples, steps):
     """Medians over rounds of one setup and binary."""
-    counters = {k: statistics.median(s[0][k] for s in samples) for k in samples[0][0]}
+    counters = {k: statistics.median(s[0][k] for s in samples) for k in samples[0][0]
+                if all(k in s[0] for s in samples)}
     startup = [s[0]["start-up faults"] for s in samples]
     counters["noise"] = (max(startup) - min(startup)) / steps
     by_function = collections.defaultdict(lambda: [0.0, 0.0])
@@ -303,10 +327,13 @@ def report(setups, results, args, use_perf, load):
              f"Machine: {machine()}, load average {load:.2f} at the start.", "",
              "`noise`: the spread of the S-step runs' page faults over the rounds, / S "
              "(start-up does not fault the same number of pages every run); a per-step "
-             "figure within it is no fault at all.", "",
-             "| model | AC | precision | binary | page faults / step | noise | major | "
-             "task-clock ms / step | memset calls / step | memset KiB / step |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "figure within it is no fault at all. `in-process`: the page faults remat "
+             f"itself counts in steps {args.steps + 1}-{2 * args.steps} of the long run "
+             "(getrusage around each step, the metrics file's `minor_faults`; n/a where the "
+             "binary does not report them), per step: no start-up in it, so no noise.", "",
+             "| model | AC | precision | binary | page faults / step | noise | in-process | "
+             "major | task-clock ms / step | memset calls / step | memset KiB / step |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     details = []
     for model, mode, precision in setups:
         for label in ("before", "after"):
@@ -319,8 +346,10 @@ def report(setups, results, args, use_perf, load):
                 continue
             counters, calls, nbytes, by_function = r
             clock = fmt(counters["task-clock"]) if "task-clock" in counters else "n/a"
+            inside = (fmt(counters["in-process faults"]) if "in-process faults" in counters
+                      else "n/a")
             lines.append(f"| {model} | {mode} | {precision} | {label} | "
-                         f"{fmt(counters['page-faults'])} | {fmt(counters['noise'])} | "
+                         f"{fmt(counters['page-faults'])} | {fmt(counters['noise'])} | {inside} | "
                          f"{fmt(counters['major-faults'])} | "
                          f"{clock} | {fmt(calls)} | {fmt(nbytes / 1024)} |")
             top = sorted(by_function.items(), key=lambda kv: -kv[1][1])[:args.callers]
