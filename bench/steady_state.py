@@ -177,11 +177,11 @@ def train(remat, args, steps, shim, use_perf, tmp, env=()):
     `env`: NAME=VALUE settings for remat."""
     out = os.path.join(tmp, "memsets.tsv")
     stat = os.path.join(tmp, "perf.csv")
-    # env(1) sets the preload for remat alone, not for perf.
     metrics = os.path.join(tmp, "metrics.jsonl")
     for path in (out, stat, metrics):
         if os.path.exists(path):
             os.remove(path)
+    # env(1) sets the preload for remat alone, not for perf.
     command = ["env", *env, f"LD_PRELOAD={shim}", f"MEMSET_COUNT_OUT={out}", remat, "train", *args,
                "--training.steps", str(steps), "--job.dump_folder", tmp,
                "--metrics.log_freq", "1", "--metrics.jsonl_path", metrics]
