@@ -138,6 +138,48 @@ TEST(Fp32Gemm, OnednnRunsOneImplementationForEveryWrite) {
   }
 }
 
+// Under DataDependentShapes (an MoE expert's rows, a new count every step)
+// only the dimension over the rows is cut into 128-row blocks and padded
+// tails: M where A is the rows, K where A is read transposed (the weight
+// gradient). A sweep of every row count up to 600 then creates at most the
+// five block shapes of that dimension per layout (128 and tails of 32, 64,
+// 96, 128), a second sweep none, and the model dimension stays whole: K =
+// 512 is one block, so the same sweep with K split would create more.
+TEST(Fp32Gemm, DataDependentCallsCutOnlyTheDimensionOverTheRows) {
+  if (!detail::onednn_f32_available()) GTEST_SKIP() << "no oneDNN f32 matmul beyond ref here";
+  const int64_t most = 600, model = 512, n = 64;
+  const std::vector<float> a = random_vector(most * model, 21), b = random_vector(most * n, 22);
+  std::vector<float> c(most * n);
+  const detail::DataDependentShapes expert_rows;
+  auto sweep = [&](bool rows_are_m) {
+    const int64_t before = detail::onednn_primitives_created();
+    for (int64_t s = 1; s <= most; ++s) {
+      if (rows_are_m) {  // out[s, n] = rows[s, 512] @ w[512, n]
+        detail::gemm_onednn_f32(false, false, s, n, model, a.data(), model, b.data(), n,
+                                CWrite::kOverwrite, c.data(), n);
+      } else {  // dw[128, n] = rows[s, 128]^T @ dout[s, n]
+        detail::gemm_onednn_f32(true, false, 128, n, s, a.data(), 128, b.data(), n,
+                                CWrite::kOverwrite, c.data(), n);
+      }
+    }
+    return detail::onednn_primitives_created() - before;
+  };
+  for (const bool rows_are_m : {true, false}) {
+    // Rows as M: K = 512 in one block, so one write per M block shape (cut
+    // 128 deep, each would also need an accumulating one: 8). Rows as K:
+    // the first K block overwrites, later ones accumulate.
+    EXPECT_LE(sweep(rows_are_m), rows_are_m ? 5 : 10) << (rows_are_m ? "rows as M" : "rows as K");
+    EXPECT_EQ(sweep(rows_are_m), 0) << (rows_are_m ? "rows as M" : "rows as K");
+  }
+  // The fixed K is one block: accumulating onto 128 rows by K = 512 is one
+  // new primitive of that depth (cut 128 deep, it would reuse the sweep's
+  // accumulating 128-deep block and create none).
+  const int64_t before = detail::onednn_primitives_created();
+  detail::gemm_onednn_f32(false, false, 128, n, model, a.data(), model, b.data(), n,
+                          CWrite::kAccumulate, c.data(), n);
+  EXPECT_EQ(detail::onednn_primitives_created() - before, 1);
+}
+
 // The eltwise linear post-op (1 * x + 0) really turns -0 into +0 inside
 // oneDNN's matmul kernel: an output scale of -1 makes the kernel's +0 sum
 // -0, which the plain matmul stores and the post-op does not.

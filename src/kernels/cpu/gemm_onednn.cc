@@ -222,13 +222,20 @@ void run_block(bool trans_a, bool trans_b, Block mb, int64_t n, Block kb, const 
 template <typename T>
 void gemm_blocked(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const T* a,
                   int64_t lda, const T* b, int64_t ldb, CWrite write, float* c, int64_t ldc) {
-  Block (*next)(int64_t) = data_dependent_shapes() ? next_data_dependent_block : next_block;
+  // Under DataDependentShapes only the dimension that runs over an expert's
+  // rows changes from step to step: M where A is those rows (the forward
+  // product and drows), K where A is read transposed (dw = rows^T @ dout).
+  // The other is a model dimension, fixed, and cut as any fixed one: whole
+  // K blocks up to 512, not 128-deep ones that write and re-read C.
+  const bool varying = data_dependent_shapes();
+  Block (*next_m)(int64_t) = varying ? next_data_dependent_block : next_block;
+  Block (*next_k)(int64_t) = varying && trans_a ? next_data_dependent_block : next_block;
   for (int64_t p0 = 0; p0 < k;) {
-    const Block kb = next(k - p0);
+    const Block kb = next_k(k - p0);
     const BlockB<T> b_block = block_b(trans_b, n, kb, trans_b ? b + p0 : b + p0 * ldb, ldb);
     const CWrite block_write = p0 == 0 ? write : CWrite::kAccumulate;
     for (int64_t i0 = 0; i0 < m;) {
-      const Block mb = next(m - i0);
+      const Block mb = next_m(m - i0);
       const T* a_block = trans_a ? a + p0 * lda + i0 : a + i0 * lda + p0;
       run_block(trans_a, trans_b, mb, n, kb, a_block, lda, b_block, block_write, c + i0 * ldc, ldc);
       i0 += mb.size;
