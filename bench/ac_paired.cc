@@ -103,9 +103,9 @@ struct Side {
   double step(int64_t step_number, const Batch& batch, const AdamWConfig& adamw) {
     const auto start = std::chrono::steady_clock::now();
     session.executor.run(batch);
-    clip_grad_norm(session.state, config.training.max_norm);
+    const GradClip clip = clip_grad_norm(session.state, config.training.max_norm);
     update_expert_bias(session.state);
-    adamw_step(session.state, adamw, config.optimizer.lr, step_number);
+    adamw_step(session.state, adamw, config.optimizer.lr, step_number, clip.scale);
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
 

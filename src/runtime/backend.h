@@ -72,9 +72,13 @@ struct OpBuffers {
 };
 
 // torch.optim.AdamW's hyperparameters for one step; `step` counts from 1.
+// grad_scale is gradient clipping's factor, applied as the gradients are
+// read (g * grad_scale, rounded once: the bits clip_grad_norm_'s in-place
+// multiply would leave), so clipping needs no pass of its own over them.
 struct AdamWStep {
   float lr = 0, beta1 = 0, beta2 = 0, eps = 0, weight_decay = 0;
   int64_t step = 1;
+  float grad_scale = 1.0f;
 };
 
 class Backend {

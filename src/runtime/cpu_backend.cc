@@ -82,7 +82,7 @@ class CpuBackend final : public Backend {
   void adamw_update(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
                     const AdamWStep& s) override {
     cpu::adamw_update(param.data(), grad.data(), exp_avg.data(), exp_avg_sq.data(), param.numel(),
-                      s.lr, s.beta1, s.beta2, s.eps, s.weight_decay, s.step);
+                      s.lr, s.beta1, s.beta2, s.eps, s.weight_decay, s.step, s.grad_scale);
   }
   void update_expert_bias(Tensor& expert_bias, Tensor& counts, float coeff) override {
     cpu::update_expert_bias(expert_bias.data(), counts.data(), counts.numel(), coeff);

@@ -84,25 +84,24 @@ double ShardedTraining::reduce(double local_loss) {
   return world_.sum(local_loss, "all-reduce of the loss") / world_.size();
 }
 
-double ShardedTraining::clip_grad_norm(double max_norm) {
+GradClip ShardedTraining::clip_grad_norm(double max_norm) {
   // Buffers' and padding's gradients are zero: they add nothing. Every
   // shard group holds the same shards (HSDP), so its sum is the norm.
   double sum = 0;
   for (const Tensor& g : sharded_.grads) sum += state_.backend->sum_squares(g);
-  const double norm = std::sqrt(group_.sum(sum, "all-reduce of the squared gradient norm"));
-  const double coef = max_norm / (norm + 1e-6);
-  if (coef < 1.0)
-    for (Tensor& g : sharded_.grads) state_.backend->scale(g, static_cast<float>(coef));
-  return norm;
+  return clip_of_norm(std::sqrt(group_.sum(sum, "all-reduce of the squared gradient norm")),
+                      max_norm);
 }
 
-void ShardedTraining::adamw_step(const AdamWConfig& config, double lr, int64_t step) {
+void ShardedTraining::adamw_step(const AdamWConfig& config, double lr, int64_t step,
+                                 float grad_scale) {
   const AdamWStep hyper{static_cast<float>(lr),
                         static_cast<float>(config.beta1),
                         static_cast<float>(config.beta2),
                         static_cast<float>(config.eps),
                         static_cast<float>(config.weight_decay),
-                        step};
+                        step,
+                        grad_scale};
   // A buffer's range and the padding hold zero parameters with zero
   // gradients, which AdamW leaves zero.
   for (size_t u = 0; u < sharded_.params.size(); ++u)

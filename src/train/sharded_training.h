@@ -56,9 +56,9 @@ class ShardedTraining final : public UnitCollectives {
   // mean of the ranks' losses).
   double reduce(double local_loss);
   // As clip_grad_norm (optimizer.h), over the shards.
-  double clip_grad_norm(double max_norm);
-  // One AdamW step of this rank's shards.
-  void adamw_step(const AdamWConfig& config, double lr, int64_t step);
+  GradClip clip_grad_norm(double max_norm);
+  // One AdamW step of this rank's shards (on the gradients times grad_scale).
+  void adamw_step(const AdamWConfig& config, double lr, int64_t step, float grad_scale);
 
   // Every rank: the full parameters (and moments) gathered into `full`
   // (Holds::kEverything, its own allocator), buffers included.

@@ -341,7 +341,7 @@ class Trainer {
  private:
   bool train_step(int64_t step);
   double run_executor(int64_t step, const Batch& batch);
-  void update(int64_t step);
+  void update(int64_t step, float grad_scale);
   void write_snapshot(int64_t step) const;
   bool saved_by_snapshots(int64_t step) const;
   int agreed_stop(const StopSignals& stop) const;
@@ -481,13 +481,14 @@ bool Trainer::train_step(int64_t step) {
         setup_.program(), session_.executor, step);
   }
   const double max_norm = config_.training.max_norm;
-  const double grad_norm =
+  const GradClip clip =
       sharded_ ? sharded_->clip_grad_norm(max_norm) : clip_grad_norm(state, max_norm);
+  const double grad_norm = clip.norm;
   // Checked before the optimizer, so the weights stay those of the last
   // good step and no NaN reaches a checkpoint.
   const bool diverged = !std::isfinite(loss) || !std::isfinite(grad_norm);
   const MoeLoad moe = moe_load(state);  // read before the counts reset
-  if (!diverged) update(step);
+  if (!diverged) update(step, clip.scale);
   record_step(static_cast<int64_t>(inputs.size()));
   if (diverged || step % config_.metrics.log_freq == 0 || step == start_step_ + 1 ||
       step == config_.training.steps) {
@@ -508,14 +509,14 @@ bool Trainer::train_step(int64_t step) {
 // What turns the state after step - 1 into the state after `step`: the
 // expert bias and the optimizer's update (the data position moved at the
 // step's start). A snapshot is forked only outside it (StopSnapshot).
-void Trainer::update(int64_t step) {
+void Trainer::update(int64_t step, float grad_scale) {
   std::unique_lock<std::mutex> hold;
   if (snapshot_) hold = snapshot_->hold();
   update_expert_bias(session_.state);
   if (sharded_)
-    sharded_->adamw_step(adamw_, lr_.at(step), step);
+    sharded_->adamw_step(adamw_, lr_.at(step), step, grad_scale);
   else
-    adamw_step(session_.state, adamw_, lr_.at(step), step);
+    adamw_step(session_.state, adamw_, lr_.at(step), step, grad_scale);
   if (!snapshot_) return;
   committed_run_ = run_record();
   snapshot_->committed(step);

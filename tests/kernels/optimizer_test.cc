@@ -52,7 +52,7 @@ TEST(AdamW, MatchesTorchFormula) {
   int64_t step = 0;
   for (const auto* g : {&g1, &g2}) {
     ++step;
-    adamw_update(p.data(), g->data(), m.data(), v.data(), n, lr, b1, b2, eps, wd, step);
+    adamw_update(p.data(), g->data(), m.data(), v.data(), n, lr, b1, b2, eps, wd, step, 1.0f);
     const double bc1 = 1.0 - std::pow(double(b1), step), bc2 = 1.0 - std::pow(double(b2), step);
     for (int64_t i = 0; i < n; ++i) {
       const double gi = (*g)[i];
@@ -72,8 +72,36 @@ TEST(AdamW, MatchesTorchFormula) {
   auto q = random_vector(n, 6);
   auto q0 = q;
   std::vector<float> m1(n, 0.0f), v1(n, 0.0f);
-  adamw_update(q.data(), g1.data(), m1.data(), v1.data(), n, lr, b1, b2, eps, 0.0f, 1);
+  adamw_update(q.data(), g1.data(), m1.data(), v1.data(), n, lr, b1, b2, eps, 0.0f, 1, 1.0f);
   for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(std::fabs(q[i] - q0[i]), lr, 1e-3 * lr + 1e-6) << i;
+}
+
+// Clipping's factor applied as AdamW reads the gradients leaves the bits
+// that scaling them in place first (clip_grad_norm_'s way) leaves.
+TEST(AdamW, GradScaleMatchesScalingTheGradientsFirst) {
+  const int64_t n = 1001;  // a scalar tail after the vector blocks
+  const float scale = 0.3712f;
+  const auto g = random_vector(n, 7);
+  auto scaled = g;
+  scale_inplace(scaled.data(), n, scale);
+  auto p1 = random_vector(n, 8), p2 = p1;
+  std::vector<float> m1(n, 0.0f), v1(n, 0.0f), m2(n, 0.0f), v2(n, 0.0f);
+  for (int64_t step = 1; step <= 2; ++step) {
+    adamw_update(p1.data(), scaled.data(), m1.data(), v1.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f,
+                 step, 1.0f);
+    adamw_update(p2.data(), g.data(), m2.data(), v2.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f,
+                 step, scale);
+  }
+  EXPECT_EQ(p1, p2);
+  EXPECT_EQ(m1, m2);
+  EXPECT_EQ(v1, v2);
+  // From zero moments the first step's m is (1 - beta1) * (g * scale).
+  const float w1 = static_cast<float>(1.0 - static_cast<double>(0.9f));
+  std::vector<float> m3(n, 0.0f), v3(n, 0.0f);
+  auto p3 = random_vector(n, 8);
+  adamw_update(p3.data(), g.data(), m3.data(), v3.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1,
+               scale);
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(m3[i], w1 * (g[i] * scale)) << i;
 }
 
 TEST(Threads, SetAndGet) {

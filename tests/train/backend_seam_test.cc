@@ -60,9 +60,10 @@ Trained train(const Program& program, Backend& backend, Allocator& allocator) {
     }
     state.zero_gradients();
     out.losses.push_back(executor.run(Batch{inputs.data(), targets.data()}));
-    out.grad_norms.push_back(clip_grad_norm(state, 1.0));
+    const GradClip clip = clip_grad_norm(state, 1.0);
+    out.grad_norms.push_back(clip.norm);
     update_expert_bias(state);
-    adamw_step(state, AdamWConfig{}, 1e-3, step);
+    adamw_step(state, AdamWConfig{}, 1e-3, step, clip.scale);
   }
   const std::string path = ::testing::TempDir() + "seam_" + backend.name() + "_" +
                            std::to_string(program.n_blocks) + ".safetensors";

@@ -104,9 +104,10 @@ Trained train(const Program& program, const AcOptions& ac, Backend& backend,
       out.losses.push_back(executor.run(batch));
     }
     for (const Tensor& g : state.grads) out.grads.push_back(to_host(backend, g));
-    out.grad_norms.push_back(clip_grad_norm(state, 1.0));
+    const GradClip clip = clip_grad_norm(state, 1.0);
+    out.grad_norms.push_back(clip.norm);
     update_expert_bias(state);
-    adamw_step(state, AdamWConfig{}, 1e-3, step);
+    adamw_step(state, AdamWConfig{}, 1e-3, step, clip.scale);
   }
   for (const Tensor& p : state.params) out.params.push_back(to_host(backend, p));
   return out;

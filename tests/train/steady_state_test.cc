@@ -67,9 +67,9 @@ Growth steady_state_growth(const std::string& family, DType dtype, AcOptions::Mo
       targets[i] = static_cast<int32_t>(rng() % 256);
     }
     executor.run(Batch{inputs.data(), targets.data()});
-    clip_grad_norm(state, 1.0);
+    const GradClip clip = clip_grad_norm(state, 1.0);
     update_expert_bias(state);
-    adamw_step(state, AdamWConfig{}, 1e-3, step);
+    adamw_step(state, AdamWConfig{}, 1e-3, step, clip.scale);
   }
   growth.faults += minor_faults();
   growth.reserved_bytes += allocator.reserved();

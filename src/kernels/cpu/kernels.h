@@ -181,9 +181,11 @@ void cross_entropy_backward_inplace(float* logits, const int32_t* targets, const
 // Sum of squares in double, deterministic (fixed chunking, fixed order).
 double sum_squares(const float* x, int64_t n);
 void scale_inplace(float* x, int64_t n, float factor);
-// AdamW, decoupled weight decay, bias-corrected; step counts from 1.
+// AdamW, decoupled weight decay, bias-corrected; step counts from 1. Reads
+// each gradient as grad[i] * grad_scale (clipping's factor; 1 leaves it as is).
 void adamw_update(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
-                  float lr, float beta1, float beta2, float eps, float weight_decay, int64_t step);
+                  float lr, float beta1, float beta2, float eps, float weight_decay, int64_t step,
+                  float grad_scale);
 
 // --- machine peak: measured fp32 FMA throughput (FLOP/s) over `threads`
 // threads: the faster of 8-wide AVX2 FMAs and, where the CPU has AVX-512F

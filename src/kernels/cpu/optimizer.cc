@@ -54,7 +54,8 @@ void scale_inplace(float* x, int64_t n, float factor) {
   for (int64_t i = 0; i < n; ++i) x[i] *= factor;
 }
 
-// torch.optim.AdamW (single-tensor path), step by step:
+// torch.optim.AdamW (single-tensor path), step by step, on g = grad *
+// grad_scale (clip_grad_norm_'s in-place multiply, done here as it is read):
 //   param *= 1 - lr * wd
 //   m = lerp(m, g, 1 - beta1) = m + (1 - beta1) * (g - m)
 //   v = v * beta2 + (1 - beta2) * g * g
@@ -62,7 +63,8 @@ void scale_inplace(float* x, int64_t n, float factor) {
 //   param += -(lr / (1 - beta1^step)) * (m / denom)
 // Scalars are formed in double, as Python does, then rounded to float.
 void adamw_update(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
-                  float lr, float beta1, float beta2, float eps, float weight_decay, int64_t step) {
+                  float lr, float beta1, float beta2, float eps, float weight_decay, int64_t step,
+                  float grad_scale) {
   const double lr_d = lr, b1 = beta1, b2 = beta2;
   const float decay = static_cast<float>(1.0 - lr_d * static_cast<double>(weight_decay));
   const float w1 = static_cast<float>(1.0 - b1);
@@ -84,8 +86,9 @@ void adamw_update(float* param, const float* grad, float* exp_avg, float* exp_av
     const __m256 v_w2 = _mm256_set1_ps(w2), v_b2 = _mm256_set1_ps(beta2);
     const __m256 v_bc2 = _mm256_set1_ps(bc2_sqrt), v_eps = _mm256_set1_ps(eps);
     const __m256 v_step = _mm256_set1_ps(neg_step_size);
+    const __m256 v_scale = _mm256_set1_ps(grad_scale);
     for (; i + 8 <= i1; i += 8) {
-      const __m256 g = _mm256_loadu_ps(grad + i);
+      const __m256 g = _mm256_mul_ps(_mm256_loadu_ps(grad + i), v_scale);
       const __m256 m0 = _mm256_loadu_ps(exp_avg + i);
       const __m256 p = _mm256_mul_ps(_mm256_loadu_ps(param + i), v_decay);
       const __m256 m = _mm256_add_ps(m0, _mm256_mul_ps(v_w1, _mm256_sub_ps(g, m0)));
@@ -97,7 +100,7 @@ void adamw_update(float* param, const float* grad, float* exp_avg, float* exp_av
       _mm256_storeu_ps(param + i, _mm256_add_ps(p, _mm256_mul_ps(v_step, _mm256_div_ps(m, denom))));
     }
     for (; i < i1; ++i) {
-      const float g = grad[i];
+      const float g = grad[i] * grad_scale;
       const float p = param[i] * decay;
       const float m = exp_avg[i] + w1 * (g - exp_avg[i]);
       const float v = exp_avg_sq[i] * beta2 + (w2 * g) * g;
