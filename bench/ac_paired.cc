@@ -12,7 +12,14 @@
 // the plan's recompute FLOPs over the model's FLOPs (what `remat plan`
 // prints), and the excess their difference (issue 11's target: <= 2 points).
 //
+// With --precision, the second side also trains in that precision
+// (training.mixed_precision_param): `--mode none --precision bfloat16`
+// pairs fp32 against bf16 steps (bench/bf16_speed.py), where separate runs
+// cannot tell a 1% difference from the host's drift. speed_ratio is the
+// median over pairs of (first side's step time / second side's).
+//
 // Usage: ac_paired --config F [--steps N] [--warmup W] [--mode op|full|2|...]
+//                  [--precision float32|bfloat16]
 //                  [--key value ...]   (any `remat train` override)
 // Prints one JSON object on stdout.
 #include <algorithm>
@@ -39,6 +46,7 @@ namespace {
 struct Options {
   std::string config;
   std::string mode = "op";  // "full", "op" or a selective layer interval
+  std::string precision;    // the second side's mixed_precision_param; "": the config's
   int64_t steps = 20;       // timed pairs
   int64_t warmup = 2;       // untimed pairs first
   std::vector<std::string> overrides;
@@ -68,6 +76,10 @@ Options parse_options(int argc, char** argv) {
       o.config = value;
     } else if (arg == "--mode") {
       o.mode = value;
+    } else if (arg == "--precision") {
+      if (value != "float32" && value != "bfloat16")
+        throw InputError("--precision \"" + value + "\": expected float32 or bfloat16");
+      o.precision = value;
     } else if (arg == "--steps") {
       o.steps = count(arg, value);
     } else if (arg == "--warmup") {
@@ -120,18 +132,25 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+// The q-th quartile (1 or 3) of sorted values.
+double quartile(const std::vector<double>& sorted, int q) {
+  return sorted[(static_cast<size_t>(q) * sorted.size()) / 4];
+}
+
 int run(const Options& o) {
   const JobConfig base = load_job_config(o.config, o.overrides);
   const int threads = configure_threads(base);
   Side none(with_mode(base, "none"));
-  Side mode(with_mode(base, o.mode));
+  JobConfig other = with_mode(base, o.mode);
+  if (!o.precision.empty()) other.training.mixed_precision_param = o.precision;
+  Side mode(other);
   const Prediction priced = predict(mode.setup.program(), mode.setup.ac.plan, PlannerOptions{});
   BatchLoader loader(load_training_tokens(base, none.setup.model.summary.vocab_size).tokens,
                      base.training.local_batch_size, base.training.seq_len, "training data");
   std::vector<int32_t> inputs(loader.batch_size() * loader.seq_len()), targets(inputs.size());
   const AdamWConfig adamw{base.optimizer.beta1, base.optimizer.beta2, base.optimizer.eps,
                           base.optimizer.weight_decay};
-  std::vector<double> ratios, none_seconds, mode_seconds;
+  std::vector<double> ratios, speed_ratios, none_seconds, mode_seconds;
   for (int64_t s = 1; s <= o.warmup + o.steps; ++s) {
     loader.next(inputs, targets);
     const Batch batch{inputs.data(), targets.data()};
@@ -145,19 +164,23 @@ int run(const Options& o) {
     none_seconds.push_back(t_none);
     mode_seconds.push_back(t_mode);
     ratios.push_back(t_mode / t_none - 1.0);
+    speed_ratios.push_back(t_none / t_mode);
   }
   const double share = static_cast<double>(priced.recompute_flops) / priced.model_flops;
   std::sort(ratios.begin(), ratios.end());
+  std::sort(speed_ratios.begin(), speed_ratios.end());
   const double slowdown = median(ratios);
   std::printf(
-      "{\"mode\": \"%s\", \"plan\": \"%s\", \"threads\": %d, \"pairs\": %lld, "
-      "\"none_step_s\": %.5f, \"mode_step_s\": %.5f, \"slowdown\": %.5f, "
-      "\"slowdown_q1\": %.5f, \"slowdown_q3\": %.5f, \"recompute_share\": %.5f, "
+      "{\"mode\": \"%s\", \"precision\": \"%s\", \"plan\": \"%s\", \"threads\": %d, "
+      "\"pairs\": %lld, \"none_step_s\": %.5f, \"mode_step_s\": %.5f, \"slowdown\": %.5f, "
+      "\"slowdown_q1\": %.5f, \"slowdown_q3\": %.5f, \"speed_ratio\": %.5f, "
+      "\"speed_ratio_q1\": %.5f, \"speed_ratio_q3\": %.5f, \"recompute_share\": %.5f, "
       "\"excess_points\": %.2f}\n",
-      o.mode.c_str(), mode.setup.ac.plan.description.c_str(), threads,
-      static_cast<long long>(ratios.size()), median(none_seconds), median(mode_seconds), slowdown,
-      ratios[ratios.size() / 4], ratios[(3 * ratios.size()) / 4], share,
-      100.0 * (slowdown - share));
+      o.mode.c_str(), other.training.mixed_precision_param.c_str(),
+      mode.setup.ac.plan.description.c_str(), threads, static_cast<long long>(ratios.size()),
+      median(none_seconds), median(mode_seconds), slowdown, quartile(ratios, 1),
+      quartile(ratios, 3), median(speed_ratios), quartile(speed_ratios, 1),
+      quartile(speed_ratios, 3), share, 100.0 * (slowdown - share));
   return 0;
 }
 

@@ -59,6 +59,39 @@ TEST(Bf16Convert, WidenIsExactAndNarrowInvertsIt) {
   }
 }
 
+// The 8-lane conversions (load_bf16x8, store_bf16x8) give the scalar ones'
+// bits lane by lane: every bf16 widened, and fp32 patterns around each
+// rounding boundary (ties both ways, NaNs with low payload bits only,
+// infinities, denormals, signed zeros, the largest finite floats).
+TEST(Bf16Convert, EightLaneConversionsMatchTheScalarOnes) {
+  for (uint32_t h = 0; h < (1u << 16); h += 8) {
+    bf16 in[8];
+    for (uint32_t j = 0; j < 8; ++j) in[j] = static_cast<bf16>(h + j);
+    float lanes[8];
+    _mm256_storeu_ps(lanes, load_bf16x8(in));
+    for (int j = 0; j < 8; ++j) {
+      const float one = from_bf16(in[j]);
+      ASSERT_EQ(std::memcmp(&lanes[j], &one, sizeof one), 0) << h + j;
+    }
+  }
+  std::vector<uint32_t> patterns;
+  for (uint32_t upper = 0; upper < (1u << 16); upper += 7) {
+    for (uint32_t lower : {0x0000u, 0x0001u, 0x7fffu, 0x8000u, 0x8001u, 0xffffu})
+      patterns.push_back((upper << 16) | lower);
+  }
+  for (uint32_t special : {0x7f800000u, 0xff800000u, 0x7f800001u, 0x7fc00000u, 0xffffffffu,
+                           0x7f7fffffu, 0x80000000u, 0x00000001u, 0x807fffffu})
+    patterns.push_back(special);
+  while (patterns.size() % 8 != 0) patterns.push_back(0);
+  for (size_t i = 0; i < patterns.size(); i += 8) {
+    float x[8];
+    std::memcpy(x, patterns.data() + i, sizeof x);
+    bf16 lanes[8];
+    store_bf16x8(lanes, _mm256_loadu_ps(x));
+    for (int j = 0; j < 8; ++j) ASSERT_EQ(lanes[j], to_bf16(x[j])) << std::hex << patterns[i + j];
+  }
+}
+
 // C = beta * C0 + op(A) op(B) in fp64 from the same bf16 inputs, and the
 // bound sum_k |a b| that fp32 accumulation errors scale with.
 struct Reference {

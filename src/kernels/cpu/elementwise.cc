@@ -1,4 +1,10 @@
-// Elementwise kernels: SwiGLU gate (silu(a) * b) and the residual add.
+// Elementwise kernels: SwiGLU gate (silu(a) * b) and the residual add, on
+// fp32 operands (kernels.h) and on activations that are bf16 or fp32 each
+// (bf16.h's *_act). Both run one body, which reads and writes each operand
+// in its own dtype 8 lanes at a time: bf16 is widened and rounded in
+// registers, so a bf16 call gives the bits of widening its operands, running
+// the fp32 kernel and rounding its result, without a pass over scratch.
+#include "kernels/cpu/bf16.h"
 #include "kernels/cpu/internal.h"
 #include "kernels/cpu/kernels.h"
 
@@ -10,50 +16,83 @@ namespace {
 // element's arithmetic is the same whichever thread runs it.
 constexpr int64_t kBlock = 4096;
 
-}  // namespace
+// An operand read as fp32: 8 lanes at i, or element i alone.
+struct Read {
+  const void* data;
+  bool bf16;
+  __m256 load(int64_t i) const {
+    return bf16 ? load_bf16x8(static_cast<const cpu::bf16*>(data) + i)
+                : _mm256_loadu_ps(static_cast<const float*>(data) + i);
+  }
+  float at(int64_t i) const {
+    return bf16 ? from_bf16(static_cast<const cpu::bf16*>(data)[i])
+                : static_cast<const float*>(data)[i];
+  }
+};
 
-// silu(a) = a / (1 + exp(-a)), as PyTorch's CPU kernel computes it.
-void silu_mul_forward(const float* a, const float* b, int64_t n, float* out) {
+// A result written from fp32, rounded where it is bf16.
+struct Write {
+  void* data;
+  bool bf16;
+  void store(int64_t i, __m256 x) const {
+    if (bf16)
+      store_bf16x8(static_cast<cpu::bf16*>(data) + i, x);
+    else
+      _mm256_storeu_ps(static_cast<float*>(data) + i, x);
+  }
+  void set(int64_t i, float x) const {
+    if (bf16)
+      static_cast<cpu::bf16*>(data)[i] = to_bf16(x);
+    else
+      static_cast<float*>(data)[i] = x;
+  }
+};
+
+// body(i0, i1) on each fixed block, blocks shared out among the threads.
+template <typename Body>
+void by_blocks(int64_t n, Body body) {
   const int64_t blocks = (n + kBlock - 1) / kBlock;
   const int nt = num_threads();
-  const __m256 one = _mm256_set1_ps(1.0f);
-  const __m256 zero = _mm256_setzero_ps();
 #pragma omp parallel for schedule(static) num_threads(nt) if (n >= detail::kParallelMin)
   for (int64_t blk = 0; blk < blocks; ++blk) {
     const int64_t i0 = blk * kBlock;
-    const int64_t i1 = i0 + kBlock < n ? i0 + kBlock : n;
-    int64_t i = i0;
-    for (; i + 8 <= i1; i += 8) {
-      __m256 va = _mm256_loadu_ps(a + i);
-      __m256 e = detail::exp256(_mm256_sub_ps(zero, va));
-      __m256 silu = _mm256_div_ps(va, _mm256_add_ps(one, e));
-      _mm256_storeu_ps(out + i, _mm256_mul_ps(silu, _mm256_loadu_ps(b + i)));
-    }
-    for (; i < i1; ++i) {
-      const float e = detail::exp_scalar(-a[i]);
-      out[i] = (a[i] / (1.0f + e)) * b[i];
-    }
+    body(i0, i0 + kBlock < n ? i0 + kBlock : n);
   }
 }
 
+// silu(a) = a / (1 + exp(-a)), as PyTorch's CPU kernel computes it.
+void silu_mul_forward_on(Read a, Read b, int64_t n, Write out) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  const __m256 zero = _mm256_setzero_ps();
+  by_blocks(n, [&](int64_t i0, int64_t i1) {
+    int64_t i = i0;
+    for (; i + 8 <= i1; i += 8) {
+      __m256 va = a.load(i);
+      __m256 e = detail::exp256(_mm256_sub_ps(zero, va));
+      __m256 silu = _mm256_div_ps(va, _mm256_add_ps(one, e));
+      out.store(i, _mm256_mul_ps(silu, b.load(i)));
+    }
+    for (; i < i1; ++i) {
+      const float ai = a.at(i);
+      const float e = detail::exp_scalar(-ai);
+      out.set(i, (ai / (1.0f + e)) * b.at(i));
+    }
+  });
+}
+
 // With s = sigmoid(a): d silu / da = s * (1 + a * (1 - s)).
-void silu_mul_backward(const float* dout, const float* a, const float* b, int64_t n, float* da,
-                       float* db, uint32_t fresh) {
+void silu_mul_backward_on(const float* dout, Read a, Read b, int64_t n, float* da, float* db,
+                          uint32_t fresh) {
   // A fresh gradient starts from +0 (kernels.h); the branch is the same for
   // every element, so it costs nothing next to the exp and divisions.
   const bool fresh_a = (fresh & 1) != 0, fresh_b = (fresh & 2) != 0;
-  const int64_t blocks = (n + kBlock - 1) / kBlock;
-  const int nt = num_threads();
   const __m256 one = _mm256_set1_ps(1.0f);
   const __m256 zero = _mm256_setzero_ps();
-#pragma omp parallel for schedule(static) num_threads(nt) if (n >= detail::kParallelMin)
-  for (int64_t blk = 0; blk < blocks; ++blk) {
-    const int64_t i0 = blk * kBlock;
-    const int64_t i1 = i0 + kBlock < n ? i0 + kBlock : n;
+  by_blocks(n, [&](int64_t i0, int64_t i1) {
     int64_t i = i0;
     for (; i + 8 <= i1; i += 8) {
-      __m256 va = _mm256_loadu_ps(a + i);
-      __m256 vb = _mm256_loadu_ps(b + i);
+      __m256 va = a.load(i);
+      __m256 vb = b.load(i);
       __m256 g = _mm256_loadu_ps(dout + i);
       __m256 den = _mm256_add_ps(one, detail::exp256(_mm256_sub_ps(zero, va)));
       __m256 s = _mm256_div_ps(one, den);
@@ -66,20 +105,53 @@ void silu_mul_backward(const float* dout, const float* a, const float* b, int64_
       _mm256_storeu_ps(db + i, _mm256_add_ps(db0, _mm256_mul_ps(g, silu)));
     }
     for (; i < i1; ++i) {
-      const float den = 1.0f + detail::exp_scalar(-a[i]);
+      const float ai = a.at(i), bi = b.at(i);
+      const float den = 1.0f + detail::exp_scalar(-ai);
       const float s = 1.0f / den;
-      const float silu = a[i] / den;
-      const float dsilu = s * (1.0f + a[i] * (1.0f - s));
-      da[i] = (fresh_a ? 0.0f : da[i]) + (dout[i] * b[i]) * dsilu;
+      const float silu = ai / den;
+      const float dsilu = s * (1.0f + ai * (1.0f - s));
+      da[i] = (fresh_a ? 0.0f : da[i]) + (dout[i] * bi) * dsilu;
       db[i] = (fresh_b ? 0.0f : db[i]) + dout[i] * silu;
     }
-  }
+  });
+}
+
+void add_forward_on(Read a, Read b, int64_t n, Write out) {
+  by_blocks(n, [&](int64_t i0, int64_t i1) {
+    int64_t i = i0;
+    for (; i + 8 <= i1; i += 8) out.store(i, _mm256_add_ps(a.load(i), b.load(i)));
+    for (; i < i1; ++i) out.set(i, a.at(i) + b.at(i));
+  });
+}
+
+}  // namespace
+
+void silu_mul_forward(const float* a, const float* b, int64_t n, float* out) {
+  silu_mul_forward_on({a, false}, {b, false}, n, {out, false});
+}
+
+void silu_mul_backward(const float* dout, const float* a, const float* b, int64_t n, float* da,
+                       float* db, uint32_t fresh) {
+  silu_mul_backward_on(dout, {a, false}, {b, false}, n, da, db, fresh);
+}
+
+void silu_mul_forward_act(ActIn a, ActIn b, int64_t n, ActOut out) {
+  silu_mul_forward_on({a.data, a.bf16}, {b.data, b.bf16}, n, {out.data, out.bf16});
+}
+
+void silu_mul_backward_act(const float* dout, ActIn a, ActIn b, int64_t n, float* da, float* db,
+                           uint32_t fresh) {
+  silu_mul_backward_on(dout, {a.data, a.bf16}, {b.data, b.bf16}, n, da, db, fresh);
 }
 
 void add_forward(const float* a, const float* b, int64_t n, float* out) {
   const int nt = num_threads();
 #pragma omp parallel for schedule(static) num_threads(nt) if (n >= detail::kParallelMin)
   for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+}
+
+void add_forward_act(ActIn a, ActIn b, int64_t n, ActOut out) {
+  add_forward_on({a.data, a.bf16}, {b.data, b.bf16}, n, {out.data, out.bf16});
 }
 
 void add_backward(const float* dout, int64_t n, float* da, float* db, uint32_t fresh) {

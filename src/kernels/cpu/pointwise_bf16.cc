@@ -1,9 +1,9 @@
-// The pointwise ops of kernels.h on bf16 activations (bf16.h): the fp32
-// kernels themselves, run chunk by chunk on operands widened into per-thread
+// RMSNorm and RoPE on bf16 activations (bf16.h): the fp32 kernels
+// themselves, run chunk by chunk on operands widened into per-thread
 // scratch, their bf16 results rounded from it. Each kernel's arithmetic on an
-// element depends only on its row (norm, RoPE) or its index modulo the
-// 8-float vector (elementwise), so chunks of whole rows, or of a multiple of
-// 4096 elements, give the bits of one call on whole widened tensors.
+// element depends only on its row, so chunks of whole rows give the bits of
+// one call on whole widened tensors. (The elementwise ops read and round
+// bf16 in registers: elementwise.cc.)
 #include <algorithm>
 #include <vector>
 
@@ -160,33 +160,6 @@ void rope_forward_act(ActIn x, int64_t batch, int64_t seq, int64_t first_positio
     for (int64_t b = 0; b < batch; ++b) {
       copy_rounded(s.out.data() + b * count, out, (b * seq + p0) * width, count);
     }
-  });
-}
-
-void silu_mul_forward_act(ActIn a, ActIn b, int64_t n, ActOut out) {
-  by_rows(n, 1, [&](int64_t begin, int64_t count) {
-    Scratch& s = t_scratch;
-    float* y = result(out, begin, count, s.out);
-    silu_mul_forward(widened(a, begin, count, s.a), widened(b, begin, count, s.b), count, y);
-    store(out, begin, count, s.out);
-  });
-}
-
-void silu_mul_backward_act(const float* dout, ActIn a, ActIn b, int64_t n, float* da, float* db,
-                           uint32_t fresh) {
-  by_rows(n, 1, [&](int64_t begin, int64_t count) {
-    Scratch& s = t_scratch;
-    silu_mul_backward(dout + begin, widened(a, begin, count, s.a), widened(b, begin, count, s.b),
-                      count, da + begin, db + begin, fresh);
-  });
-}
-
-void add_forward_act(ActIn a, ActIn b, int64_t n, ActOut out) {
-  by_rows(n, 1, [&](int64_t begin, int64_t count) {
-    Scratch& s = t_scratch;
-    float* y = result(out, begin, count, s.out);
-    add_forward(widened(a, begin, count, s.a), widened(b, begin, count, s.b), count, y);
-    store(out, begin, count, s.out);
   });
 }
 
