@@ -4,6 +4,8 @@
 // in its own dtype 8 lanes at a time: bf16 is widened and rounded in
 // registers, so a bf16 call gives the bits of widening its operands, running
 // the fp32 kernel and rounding its result, without a pass over scratch.
+#include <initializer_list>
+
 #include "kernels/cpu/bf16.h"
 #include "kernels/cpu/internal.h"
 #include "kernels/cpu/kernels.h"
@@ -16,37 +18,64 @@ namespace {
 // element's arithmetic is the same whichever thread runs it.
 constexpr int64_t kBlock = 4096;
 
-// An operand read as fp32: 8 lanes at i, or element i alone.
-struct Read {
-  const void* data;
-  bool bf16;
+// Operands read as fp32 (8 lanes at i, or element i alone) and results
+// written from fp32: fp32 and bf16 ones with their dtype fixed at compile
+// time, the bodies' usual instantiations, and Any* for the rare calls whose
+// activations mix dtypes (a value the program keeps in fp32).
+struct F32In {
+  const float* p;
+  __m256 load(int64_t i) const { return _mm256_loadu_ps(p + i); }
+  float at(int64_t i) const { return p[i]; }
+};
+struct Bf16In {
+  const bf16* p;
+  __m256 load(int64_t i) const { return load_bf16x8(p + i); }
+  float at(int64_t i) const { return from_bf16(p[i]); }
+};
+struct AnyIn {
+  ActIn x;
   __m256 load(int64_t i) const {
-    return bf16 ? load_bf16x8(static_cast<const cpu::bf16*>(data) + i)
-                : _mm256_loadu_ps(static_cast<const float*>(data) + i);
+    return x.bf16 ? Bf16In{static_cast<const bf16*>(x.data)}.load(i)
+                  : F32In{static_cast<const float*>(x.data)}.load(i);
   }
   float at(int64_t i) const {
-    return bf16 ? from_bf16(static_cast<const cpu::bf16*>(data)[i])
-                : static_cast<const float*>(data)[i];
+    return x.bf16 ? Bf16In{static_cast<const bf16*>(x.data)}.at(i)
+                  : F32In{static_cast<const float*>(x.data)}.at(i);
+  }
+};
+struct F32Out {
+  float* p;
+  void store(int64_t i, __m256 v) const { _mm256_storeu_ps(p + i, v); }
+  void set(int64_t i, float v) const { p[i] = v; }
+};
+struct Bf16Out {
+  bf16* p;
+  void store(int64_t i, __m256 v) const { store_bf16x8(p + i, v); }
+  void set(int64_t i, float v) const { p[i] = to_bf16(v); }
+};
+struct AnyOut {
+  ActOut y;
+  void store(int64_t i, __m256 v) const {
+    if (y.bf16)
+      Bf16Out{static_cast<bf16*>(y.data)}.store(i, v);
+    else
+      F32Out{static_cast<float*>(y.data)}.store(i, v);
+  }
+  void set(int64_t i, float v) const {
+    if (y.bf16)
+      Bf16Out{static_cast<bf16*>(y.data)}.set(i, v);
+    else
+      F32Out{static_cast<float*>(y.data)}.set(i, v);
   }
 };
 
-// A result written from fp32, rounded where it is bf16.
-struct Write {
-  void* data;
-  bool bf16;
-  void store(int64_t i, __m256 x) const {
-    if (bf16)
-      store_bf16x8(static_cast<cpu::bf16*>(data) + i, x);
-    else
-      _mm256_storeu_ps(static_cast<float*>(data) + i, x);
+// Whether an op's activations are all bf16 (the usual case under bf16).
+bool all_bf16(std::initializer_list<bool> dtypes) {
+  for (bool is_bf16 : dtypes) {
+    if (!is_bf16) return false;
   }
-  void set(int64_t i, float x) const {
-    if (bf16)
-      static_cast<cpu::bf16*>(data)[i] = to_bf16(x);
-    else
-      static_cast<float*>(data)[i] = x;
-  }
-};
+  return true;
+}
 
 // body(i0, i1) on each fixed block, blocks shared out among the threads.
 template <typename Body>
@@ -61,7 +90,8 @@ void by_blocks(int64_t n, Body body) {
 }
 
 // silu(a) = a / (1 + exp(-a)), as PyTorch's CPU kernel computes it.
-void silu_mul_forward_on(Read a, Read b, int64_t n, Write out) {
+template <class A, class B, class Out>
+void silu_mul_forward_on(A a, B b, int64_t n, Out out) {
   const __m256 one = _mm256_set1_ps(1.0f);
   const __m256 zero = _mm256_setzero_ps();
   by_blocks(n, [&](int64_t i0, int64_t i1) {
@@ -81,7 +111,8 @@ void silu_mul_forward_on(Read a, Read b, int64_t n, Write out) {
 }
 
 // With s = sigmoid(a): d silu / da = s * (1 + a * (1 - s)).
-void silu_mul_backward_on(const float* dout, Read a, Read b, int64_t n, float* da, float* db,
+template <class A, class B>
+void silu_mul_backward_on(const float* dout, A a, B b, int64_t n, float* da, float* db,
                           uint32_t fresh) {
   // A fresh gradient starts from +0 (kernels.h); the branch is the same for
   // every element, so it costs nothing next to the exp and divisions.
@@ -116,7 +147,8 @@ void silu_mul_backward_on(const float* dout, Read a, Read b, int64_t n, float* d
   });
 }
 
-void add_forward_on(Read a, Read b, int64_t n, Write out) {
+template <class A, class B, class Out>
+void add_forward_on(A a, B b, int64_t n, Out out) {
   by_blocks(n, [&](int64_t i0, int64_t i1) {
     int64_t i = i0;
     for (; i + 8 <= i1; i += 8) out.store(i, _mm256_add_ps(a.load(i), b.load(i)));
@@ -127,21 +159,32 @@ void add_forward_on(Read a, Read b, int64_t n, Write out) {
 }  // namespace
 
 void silu_mul_forward(const float* a, const float* b, int64_t n, float* out) {
-  silu_mul_forward_on({a, false}, {b, false}, n, {out, false});
+  silu_mul_forward_on(F32In{a}, F32In{b}, n, F32Out{out});
 }
 
 void silu_mul_backward(const float* dout, const float* a, const float* b, int64_t n, float* da,
                        float* db, uint32_t fresh) {
-  silu_mul_backward_on(dout, {a, false}, {b, false}, n, da, db, fresh);
+  silu_mul_backward_on(dout, F32In{a}, F32In{b}, n, da, db, fresh);
 }
 
 void silu_mul_forward_act(ActIn a, ActIn b, int64_t n, ActOut out) {
-  silu_mul_forward_on({a.data, a.bf16}, {b.data, b.bf16}, n, {out.data, out.bf16});
+  if (all_bf16({a.bf16, b.bf16, out.bf16})) {
+    silu_mul_forward_on(Bf16In{static_cast<const bf16*>(a.data)},
+                        Bf16In{static_cast<const bf16*>(b.data)}, n,
+                        Bf16Out{static_cast<bf16*>(out.data)});
+  } else {
+    silu_mul_forward_on(AnyIn{a}, AnyIn{b}, n, AnyOut{out});
+  }
 }
 
 void silu_mul_backward_act(const float* dout, ActIn a, ActIn b, int64_t n, float* da, float* db,
                            uint32_t fresh) {
-  silu_mul_backward_on(dout, {a.data, a.bf16}, {b.data, b.bf16}, n, da, db, fresh);
+  if (all_bf16({a.bf16, b.bf16})) {
+    silu_mul_backward_on(dout, Bf16In{static_cast<const bf16*>(a.data)},
+                         Bf16In{static_cast<const bf16*>(b.data)}, n, da, db, fresh);
+  } else {
+    silu_mul_backward_on(dout, AnyIn{a}, AnyIn{b}, n, da, db, fresh);
+  }
 }
 
 void add_forward(const float* a, const float* b, int64_t n, float* out) {
@@ -151,7 +194,13 @@ void add_forward(const float* a, const float* b, int64_t n, float* out) {
 }
 
 void add_forward_act(ActIn a, ActIn b, int64_t n, ActOut out) {
-  add_forward_on({a.data, a.bf16}, {b.data, b.bf16}, n, {out.data, out.bf16});
+  if (all_bf16({a.bf16, b.bf16, out.bf16})) {
+    add_forward_on(Bf16In{static_cast<const bf16*>(a.data)},
+                   Bf16In{static_cast<const bf16*>(b.data)}, n,
+                   Bf16Out{static_cast<bf16*>(out.data)});
+  } else {
+    add_forward_on(AnyIn{a}, AnyIn{b}, n, AnyOut{out});
+  }
 }
 
 void add_backward(const float* dout, int64_t n, float* da, float* db, uint32_t fresh) {
