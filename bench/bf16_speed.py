@@ -10,7 +10,10 @@ allocator's peak. Two more rows emulate an AVX2-only machine on this one
 (REMAT_MAX_ISA=avx2 and OPENBLAS_CORETYPE=Haswell: AVX2 kernels everywhere,
 so bf16 takes its fallback): fp32 against bf16 there, each bf16 row compared
 with the fp32 row of its own ISA. Also runs build/gemm_rates, the GEMM rates at the model's
-shapes. With --write, replaces the "bf16" section of BENCHMARKS.md.
+shapes, and build/ac_paired --precision bfloat16, which pairs fp32 and bf16 steps in
+one process (the wide model and llama3 debug, on this CPU's kernels and on AVX2
+ones): separate runs drift by more than the 1-2% the AVX2 fallback is about.
+With --write, replaces the "bf16" section of BENCHMARKS.md.
 
 Usage: /usr/bin/python3 bench/bf16_speed.py [--remat build/remat] [--steps 3]
        [--rounds 2] [--write]
@@ -60,6 +63,25 @@ def train(remat, precision, kernel, avx2, steps, tmp):
     return rows
 
 
+PAIRED = [("wide", WIDE, 8), ("llama3 debug", [
+    "--config", "configs/llama3_debug.toml", "--training.threads", "2",
+    "--validation.enabled", "false"], 20)]
+
+
+def paired(binary, model, pairs, avx2):
+    """fp32 (AC none) against bf16 steps interleaved in one process."""
+    env = dict(os.environ)
+    for key in ["REMAT_BF16_KERNEL", "REMAT_FP32_GEMM", *AVX2]:
+        env.pop(key, None)
+    if avx2:
+        env.update(AVX2)
+    # --mode none sets AC none whatever the model's arguments say.
+    out = subprocess.run([binary, *model, "--mode", "none", "--precision", "bfloat16",
+                          "--steps", str(pairs), "--warmup", "2"],
+                         check=True, capture_output=True, text=True, env=env).stdout
+    return json.loads(out)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--remat", default="build/remat")
@@ -86,6 +108,13 @@ def main():
             for name, precision, kernel, avx2, _ in setups:
                 rows[name] += train(args.remat, precision, kernel, avx2, args.steps, tmp)
                 print(name, [round(r["tps"]) for r in rows[name]], flush=True)
+    ac_paired = os.path.join(os.path.dirname(args.remat), "ac_paired")
+    pairs = []
+    for avx2 in ([False, True] if has_avx512_bf16() else [False]):
+        for name, model, count in PAIRED:
+            r = paired(ac_paired, model, count, avx2)
+            pairs.append((name, avx2, r))
+            print(name, "avx2" if avx2 else "this CPU", r, flush=True)
     gemm_rates = [os.path.join(os.path.dirname(args.remat), "gemm_rates"), "2"]
     gemm = subprocess.run(gemm_rates, capture_output=True, text=True, check=True).stdout.strip()
     gemm_avx2 = subprocess.run(gemm_rates, capture_output=True, text=True, check=True,
@@ -113,6 +142,17 @@ def main():
         peak = max(r["peak_bytes"] for r in rows[name])
         out.append(f"| {name} | {med:,.0f} | {top:,.0f} | {med / base:.2f}x | "
                    f"{top / base_top:.2f}x | {100 * mfu:.0f}% | {peak / 2**20:,.0f} |")
+    out += ["", "Paired in one process (`build/ac_paired --mode none --precision bfloat16`): "
+            "fp32 and bf16 steps alternate, each on its own model state and the same batches, "
+            "after 2 warm-up pairs; bf16 speed = median over pairs of fp32 step time / bf16 "
+            "step time, with its quartiles. bf16 runs remat's default bf16 kernel for the ISA "
+            "(the fallback on AVX2).", "",
+            "| kernels | model | pairs | fp32 step s | bf16 step s | bf16 speed vs fp32 | "
+            "quartiles |", "|---|---|---:|---:|---:|---:|---|"]
+    for name, avx2, r in pairs:
+        out.append(f"| {'AVX2' if avx2 else 'this CPU'} | {name} | {r['pairs']} | "
+                   f"{r['none_step_s']:.3f} | {r['mode_step_s']:.3f} | {r['speed_ratio']:.3f}x | "
+                   f"{r['speed_ratio_q1']:.3f}-{r['speed_ratio_q3']:.3f} |")
     out += ["", "`build/gemm_rates 2` (GFLOP/s at the model's shapes, same run):", "", "```",
             gemm, "```", "", "The same with `REMAT_MAX_ISA=avx2 OPENBLAS_CORETYPE=Haswell`:",
             "", "```", gemm_avx2, "```", "", end]
