@@ -4,8 +4,6 @@
 // in its own dtype 8 lanes at a time: bf16 is widened and rounded in
 // registers, so a bf16 call gives the bits of widening its operands, running
 // the fp32 kernel and rounding its result, without a pass over scratch.
-#include <initializer_list>
-
 #include "kernels/cpu/bf16.h"
 #include "kernels/cpu/internal.h"
 #include "kernels/cpu/kernels.h"
@@ -69,12 +67,25 @@ struct AnyOut {
   }
 };
 
-// Whether an op's activations are all bf16 (the usual case under bf16).
-bool all_bf16(std::initializer_list<bool> dtypes) {
-  for (bool is_bf16 : dtypes) {
-    if (!is_bf16) return false;
+// body(a, b) on two activations, as Bf16In where both are bf16 (the usual
+// case under bf16), else as AnyIn.
+template <class Body>
+void on_inputs(ActIn a, ActIn b, Body body) {
+  if (a.bf16 && b.bf16)
+    body(Bf16In{static_cast<const bf16*>(a.data)}, Bf16In{static_cast<const bf16*>(b.data)});
+  else
+    body(AnyIn{a}, AnyIn{b});
+}
+
+// body(a, b, out) likewise, with a result: Bf16* where all three are bf16.
+template <class Body>
+void on_operands(ActIn a, ActIn b, ActOut out, Body body) {
+  if (a.bf16 && b.bf16 && out.bf16) {
+    body(Bf16In{static_cast<const bf16*>(a.data)}, Bf16In{static_cast<const bf16*>(b.data)},
+         Bf16Out{static_cast<bf16*>(out.data)});
+  } else {
+    body(AnyIn{a}, AnyIn{b}, AnyOut{out});
   }
-  return true;
 }
 
 // body(i0, i1) on each fixed block, blocks shared out among the threads.
@@ -168,23 +179,12 @@ void silu_mul_backward(const float* dout, const float* a, const float* b, int64_
 }
 
 void silu_mul_forward_act(ActIn a, ActIn b, int64_t n, ActOut out) {
-  if (all_bf16({a.bf16, b.bf16, out.bf16})) {
-    silu_mul_forward_on(Bf16In{static_cast<const bf16*>(a.data)},
-                        Bf16In{static_cast<const bf16*>(b.data)}, n,
-                        Bf16Out{static_cast<bf16*>(out.data)});
-  } else {
-    silu_mul_forward_on(AnyIn{a}, AnyIn{b}, n, AnyOut{out});
-  }
+  on_operands(a, b, out, [&](auto x, auto y, auto z) { silu_mul_forward_on(x, y, n, z); });
 }
 
 void silu_mul_backward_act(const float* dout, ActIn a, ActIn b, int64_t n, float* da, float* db,
                            uint32_t fresh) {
-  if (all_bf16({a.bf16, b.bf16})) {
-    silu_mul_backward_on(dout, Bf16In{static_cast<const bf16*>(a.data)},
-                         Bf16In{static_cast<const bf16*>(b.data)}, n, da, db, fresh);
-  } else {
-    silu_mul_backward_on(dout, AnyIn{a}, AnyIn{b}, n, da, db, fresh);
-  }
+  on_inputs(a, b, [&](auto x, auto y) { silu_mul_backward_on(dout, x, y, n, da, db, fresh); });
 }
 
 void add_forward(const float* a, const float* b, int64_t n, float* out) {
@@ -194,13 +194,7 @@ void add_forward(const float* a, const float* b, int64_t n, float* out) {
 }
 
 void add_forward_act(ActIn a, ActIn b, int64_t n, ActOut out) {
-  if (all_bf16({a.bf16, b.bf16, out.bf16})) {
-    add_forward_on(Bf16In{static_cast<const bf16*>(a.data)},
-                   Bf16In{static_cast<const bf16*>(b.data)}, n,
-                   Bf16Out{static_cast<bf16*>(out.data)});
-  } else {
-    add_forward_on(AnyIn{a}, AnyIn{b}, n, AnyOut{out});
-  }
+  on_operands(a, b, out, [&](auto x, auto y, auto z) { add_forward_on(x, y, n, z); });
 }
 
 void add_backward(const float* dout, int64_t n, float* da, float* db, uint32_t fresh) {
