@@ -81,9 +81,9 @@ void by_rows(int64_t rows, int64_t width, Body body) {
             [&](int64_t c) { body(c * per, std::min(per, rows - c * per)); });
 }
 
-// Per-thread scratch for up to three operands of a chunk.
+// Per-thread scratch for a chunk: its operand and its result.
 struct Scratch {
-  std::vector<float> a, b, out;
+  std::vector<float> a, out;
 };
 thread_local Scratch t_scratch;
 
