@@ -26,7 +26,7 @@ AcChoice choose_ac_plan(const JobConfig& config, const Program& program,
         make_pytorch_knapsack_plan(program, std::strtod(c.options.memory_budget.c_str(), nullptr));
   } else if (mode == AcOptions::Mode::kMemoryBudget || mode == AcOptions::Mode::kAuto) {
     // The budget solver's block model prices fp32 values; the bf16 engine's
-    // staging copies (fp32 inputs of attention and MoE routing, bf16 weight and
+    // staging copies (fp32 inputs of MoE routing and the loss, bf16 weight and
     // gradient copies) would put the replayed peak over the budget.
     if (program.compute_dtype == DType::kBF16) {
       throw InputError(

@@ -52,8 +52,8 @@ class CpuBackend final : public Backend {
   // The matmuls: bf16 operands and fp32 accumulation on the bf16 GEMMs
   // (onednn, native); on the fallback, whose GEMM computes in fp32, bf16
   // activations with the fp32 master weights and dy as they are (no copies
-  // rounded to bf16 only to be widened back). The pointwise ops read and write bf16
-  // activations, computing in fp32 (kernels/cpu/bf16.h).
+  // rounded to bf16 only to be widened back). The pointwise ops and attention
+  // read and write bf16 activations, computing in fp32 (kernels/cpu/bf16.h).
   Bf16Use bf16_use(OpKind kind) const override {
     switch (kind) {
       case OpKind::kLinear:
@@ -63,6 +63,7 @@ class CpuBackend final : public Backend {
       case OpKind::kRope:
       case OpKind::kSiluMul:
       case OpKind::kAdd:
+      case OpKind::kAttention:
         return Bf16Use::kActivations;
       default:
         return Bf16Use::kNone;

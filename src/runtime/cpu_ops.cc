@@ -138,16 +138,29 @@ constexpr CpuKernels kCpuKernels[] = {
      0b1},
     {OpKind::kAttention,
      [](A a, B b) {
-       cpu::attention_forward_cached(b.inputs[0], b.inputs[1], b.inputs[2], a.batch, a.seq,
-                                     a.position, a.heads, a.kv_heads, a.head_dim, b.outputs[0],
-                                     b.outputs[1]);
+       if (bf16_values(b)) {
+         cpu::attention_forward_act(act_in(b, 0), act_in(b, 1), act_in(b, 2), a.batch, a.seq,
+                                    a.position, a.heads, a.kv_heads, a.head_dim, act_out(b, 0),
+                                    b.outputs[1]);
+       } else {
+         cpu::attention_forward_cached(b.inputs[0], b.inputs[1], b.inputs[2], a.batch, a.seq,
+                                       a.position, a.heads, a.kv_heads, a.head_dim, b.outputs[0],
+                                       b.outputs[1]);
+       }
        return 0.0;
      },
      [](A a, B b) {  // saved: q, k, v, out, lse
-       cpu::attention_backward(b.grad_output, b.inputs[0], b.inputs[1], b.inputs[2], b.inputs[3],
-                               b.inputs[4], a.batch, a.seq, a.heads, a.kv_heads, a.head_dim,
-                               b.grad_inputs[0], b.grad_inputs[1], b.grad_inputs[2], b.workspace,
-                               b.fresh_grad_inputs);
+       if (bf16_values(b)) {
+         cpu::attention_backward_act(b.grad_output, act_in(b, 0), act_in(b, 1), act_in(b, 2),
+                                     act_in(b, 3), b.inputs[4], a.batch, a.seq, a.heads, a.kv_heads,
+                                     a.head_dim, b.grad_inputs[0], b.grad_inputs[1],
+                                     b.grad_inputs[2], b.workspace, b.fresh_grad_inputs);
+       } else {
+         cpu::attention_backward(b.grad_output, b.inputs[0], b.inputs[1], b.inputs[2], b.inputs[3],
+                                 b.inputs[4], a.batch, a.seq, a.heads, a.kv_heads, a.head_dim,
+                                 b.grad_inputs[0], b.grad_inputs[1], b.grad_inputs[2], b.workspace,
+                                 b.fresh_grad_inputs);
+       }
      },
      0b111},
     {OpKind::kSiluMul,

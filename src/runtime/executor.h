@@ -17,11 +17,11 @@
 //    a fallback that computes in fp32 reads the masters) first reads it in the
 //    current gather unit (gather_unit), released when the unit changes and
 //    at the end of the run;
-//  - for an op whose kernels take only fp32 (Bf16Use::kNone: softmax,
-//    attention, loss, MoE routing), fp32 copies of its bf16 inputs and
-//    outputs, live for that one step: it computes in fp32 and its outputs
-//    are rounded to bf16 once, as a kernel that widens on load and rounds on
-//    store would (kActivations ops, the norms, RoPE, SwiGLU and the add, do
+//  - for an op whose kernels take only fp32 (Bf16Use::kNone: softmax, loss,
+//    MoE routing), fp32 copies of its bf16 inputs and outputs, live for that
+//    one step: it computes in fp32 and its outputs are rounded to bf16 once,
+//    as a kernel that widens on load and rounds on store would
+//    (kActivations ops, the norms, RoPE, SwiGLU, the add and attention, do
 //    just that on the values themselves);
 //  - for a bf16 matmul's backward, a bf16 copy of the gradient of its output.
 // Gradients of activations are fp32 and accumulate in fp32.

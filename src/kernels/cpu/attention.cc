@@ -2,9 +2,12 @@
 // row deltas, the AVX2 instantiation of the tile kernels (attention_impl.h)
 // and the run-time choice between it and the AVX-512 one.
 #include <cmath>
+#include <initializer_list>
 #include <stdexcept>
+#include <type_traits>
 
 #include "kernels/cpu/attention_impl.h"
+#include "kernels/cpu/bf16.h"
 #include "kernels/cpu/internal.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/tile.h"
@@ -61,8 +64,10 @@ void check_shapes(int64_t heads, int64_t kv_heads, int64_t head_dim) {
     throw std::invalid_argument("attention: head_dim must be in [1, 1024]");
 }
 
-// delta = rowsum(dO * O) per [batch, head, position].
-void row_deltas(const float* dout, const float* out, int64_t batch, int64_t seq, int64_t heads,
+// delta = rowsum(dO * O) per [batch, head, position]; O fp32 or bf16 (a bf16
+// row is widened first, so the dot is the fp32 one on the widened row).
+template <class O>
+void row_deltas(const float* dout, const O* out, int64_t batch, int64_t seq, int64_t heads,
                 int64_t D, float* delta) {
   const int64_t q_stride = heads * D;
 #pragma omp parallel for schedule(static) \
@@ -71,9 +76,59 @@ void row_deltas(const float* dout, const float* out, int64_t batch, int64_t seq,
     const int64_t b = t / seq, i = t % seq;
     for (int64_t h = 0; h < heads; ++h) {
       const int64_t off = t * q_stride + h * D;
-      delta[(b * heads + h) * seq + i] = detail::dot(dout + off, out + off, D);
+      if constexpr (std::is_same_v<O, bf16>) {
+        float row[1024];  // head_dim <= 1024 (check_shapes)
+        for (int64_t d = 0; d < D; ++d) row[d] = from_bf16(out[off + d]);
+        delta[(b * heads + h) * seq + i] = detail::dot(dout + off, row, D);
+      } else {
+        delta[(b * heads + h) * seq + i] = detail::dot(dout + off, out + off, D);
+      }
     }
   }
+}
+
+// Both passes on q, k, v and out of one element type T (fp32 or bf16).
+template <class T>
+void forward_on(const T* q, const T* k, const T* v, int64_t batch, int64_t seq, int64_t past,
+                int64_t heads, int64_t kv_heads, int64_t head_dim, T* out, float* lse) {
+  check_shapes(heads, kv_heads, head_dim);
+  if (past < 0) throw std::invalid_argument("attention: past must be >= 0");
+  if (use_avx512(head_dim)) {
+    detail::attention_forward_avx512(q, k, v, batch, seq, past, heads, kv_heads, head_dim, out,
+                                     lse);
+  } else {
+    Avx2Attention::forward(q, k, v, batch, seq, past, heads, kv_heads, head_dim, out, lse);
+  }
+}
+
+template <class T>
+void backward_on(const float* dout, const T* q, const T* k, const T* v, const T* out,
+                 const float* lse, int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
+                 int64_t head_dim, float* dq, float* dk, float* dv, float* workspace,
+                 uint32_t fresh) {
+  check_shapes(heads, kv_heads, head_dim);
+  float* delta = workspace;
+  row_deltas(dout, out, batch, seq, heads, head_dim, delta);
+  if (use_avx512(head_dim)) {
+    detail::attention_backward_avx512(dout, q, k, v, lse, delta, batch, seq, heads, kv_heads,
+                                      head_dim, dq, dk, dv, fresh);
+  } else {
+    Avx2Attention::backward(dout, q, k, v, lse, delta, batch, seq, heads, kv_heads, head_dim, dq,
+                            dk, dv, fresh);
+  }
+}
+
+// Whether q, k, v (and out) are all bf16, or all fp32; other mixes are not
+// made by any program (set_compute_dtype gives them one dtype).
+bool all_bf16(std::initializer_list<bool> bf16s) {
+  bool any = false, all = true;
+  for (bool b : bf16s) {
+    any = any || b;
+    all = all && b;
+  }
+  if (any != all)
+    throw std::invalid_argument("attention: q, k, v and out must all be bf16 or all fp32");
+  return all;
 }
 
 }  // namespace
@@ -86,14 +141,7 @@ void attention_forward(const float* q, const float* k, const float* v, int64_t b
 void attention_forward_cached(const float* q, const float* k, const float* v, int64_t batch,
                               int64_t seq, int64_t past, int64_t heads, int64_t kv_heads,
                               int64_t head_dim, float* out, float* lse) {
-  check_shapes(heads, kv_heads, head_dim);
-  if (past < 0) throw std::invalid_argument("attention: past must be >= 0");
-  if (use_avx512(head_dim)) {
-    detail::attention_forward_avx512(q, k, v, batch, seq, past, heads, kv_heads, head_dim, out,
-                                     lse);
-  } else {
-    Avx2Attention::forward(q, k, v, batch, seq, past, heads, kv_heads, head_dim, out, lse);
-  }
+  forward_on(q, k, v, batch, seq, past, heads, kv_heads, head_dim, out, lse);
 }
 
 // With P = softmax(scale * q k^T) (causal), O = P v, dO given:
@@ -104,15 +152,36 @@ void attention_backward(const float* dout, const float* q, const float* k, const
                         const float* out, const float* lse, int64_t batch, int64_t seq,
                         int64_t heads, int64_t kv_heads, int64_t head_dim, float* dq, float* dk,
                         float* dv, float* workspace, uint32_t fresh) {
-  check_shapes(heads, kv_heads, head_dim);
-  float* delta = workspace;
-  row_deltas(dout, out, batch, seq, heads, head_dim, delta);
-  if (use_avx512(head_dim)) {
-    detail::attention_backward_avx512(dout, q, k, v, lse, delta, batch, seq, heads, kv_heads,
-                                      head_dim, dq, dk, dv, fresh);
+  backward_on(dout, q, k, v, out, lse, batch, seq, heads, kv_heads, head_dim, dq, dk, dv, workspace,
+              fresh);
+}
+
+void attention_forward_act(ActIn q, ActIn k, ActIn v, int64_t batch, int64_t seq, int64_t past,
+                           int64_t heads, int64_t kv_heads, int64_t head_dim, ActOut out,
+                           float* lse) {
+  if (all_bf16({q.bf16, k.bf16, v.bf16, out.bf16})) {
+    forward_on(static_cast<const bf16*>(q.data), static_cast<const bf16*>(k.data),
+               static_cast<const bf16*>(v.data), batch, seq, past, heads, kv_heads, head_dim,
+               static_cast<bf16*>(out.data), lse);
   } else {
-    Avx2Attention::backward(dout, q, k, v, lse, delta, batch, seq, heads, kv_heads, head_dim, dq,
-                            dk, dv, fresh);
+    forward_on(static_cast<const float*>(q.data), static_cast<const float*>(k.data),
+               static_cast<const float*>(v.data), batch, seq, past, heads, kv_heads, head_dim,
+               static_cast<float*>(out.data), lse);
+  }
+}
+
+void attention_backward_act(const float* dout, ActIn q, ActIn k, ActIn v, ActIn out,
+                            const float* lse, int64_t batch, int64_t seq, int64_t heads,
+                            int64_t kv_heads, int64_t head_dim, float* dq, float* dk, float* dv,
+                            float* workspace, uint32_t fresh) {
+  if (all_bf16({q.bf16, k.bf16, v.bf16, out.bf16})) {
+    backward_on(dout, static_cast<const bf16*>(q.data), static_cast<const bf16*>(k.data),
+                static_cast<const bf16*>(v.data), static_cast<const bf16*>(out.data), lse, batch,
+                seq, heads, kv_heads, head_dim, dq, dk, dv, workspace, fresh);
+  } else {
+    backward_on(dout, static_cast<const float*>(q.data), static_cast<const float*>(k.data),
+                static_cast<const float*>(v.data), static_cast<const float*>(out.data), lse, batch,
+                seq, heads, kv_heads, head_dim, dq, dk, dv, workspace, fresh);
   }
 }
 

@@ -11,7 +11,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
+#include "kernels/cpu/bf16.h"
 #include "kernels/cpu/internal.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/tile.h"
@@ -195,6 +197,20 @@ void attention_forward_avx512(const float* q, const float* k, const float* v, in
 }
 
 void attention_backward_avx512(const float* dout, const float* q, const float* k, const float* v,
+                               const float* lse, const float* delta, int64_t batch, int64_t seq,
+                               int64_t heads, int64_t kv_heads, int64_t head_dim, float* dq,
+                               float* dk, float* dv, uint32_t fresh) {
+  Avx512Attention::backward(dout, q, k, v, lse, delta, batch, seq, heads, kv_heads, head_dim, dq,
+                            dk, dv, fresh);
+}
+
+void attention_forward_avx512(const bf16* q, const bf16* k, const bf16* v, int64_t batch,
+                              int64_t seq, int64_t past, int64_t heads, int64_t kv_heads,
+                              int64_t head_dim, bf16* out, float* lse) {
+  Avx512Attention::forward(q, k, v, batch, seq, past, heads, kv_heads, head_dim, out, lse);
+}
+
+void attention_backward_avx512(const float* dout, const bf16* q, const bf16* k, const bf16* v,
                                const float* lse, const float* delta, int64_t batch, int64_t seq,
                                int64_t heads, int64_t kv_heads, int64_t head_dim, float* dq,
                                float* dk, float* dv, uint32_t fresh) {

@@ -49,7 +49,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
+#include "kernels/cpu/bf16.h"
 #include "kernels/cpu/internal.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/tile.h"
@@ -77,10 +79,13 @@ struct AttentionKernel {
   // ahead of their packing. The rows are heads * head_dim floats apart,
   // scattered beyond what the hardware prefetcher follows, and packing them
   // on demand stalled on every row; the current tile's work hides the fetch.
-  static void prefetch_rows(const float* src, int64_t stride, int64_t rows, int64_t d) {
+  // Rows are fp32 or bf16 (T): the same lines, half as many for bf16.
+  template <class T>
+  static void prefetch_rows(const T* src, int64_t stride, int64_t rows, int64_t d) {
+    constexpr int64_t kLine = 64 / sizeof(T);  // elements per cache line
     for (int64_t r = 0; r < rows; ++r) {
-      const float* row = src + r * stride;
-      for (int64_t i = 0; i < d; i += 16) __builtin_prefetch(row + i);
+      const T* row = src + r * stride;
+      for (int64_t i = 0; i < d; i += kLine) __builtin_prefetch(row + i);
       __builtin_prefetch(row + d - 1);  // the last line of an unaligned row
     }
   }
@@ -210,13 +215,22 @@ struct AttentionKernel {
   }
 
   // Normalises a finished query tile into its rows of out (from `out`, one
-  // row every q_stride floats) and their log-sum-exp (from `lse`).
-  static void finish_query_tile(const QueryTile& qt, float* out, int64_t q_stride, int64_t D,
+  // row every q_stride elements; fp32, or bf16 rounded once from the fp32
+  // result) and their log-sum-exp (from `lse`).
+  template <class O>
+  static void finish_query_tile(const QueryTile& qt, O* out, int64_t q_stride, int64_t D,
                                 float scale, float* lse) {
     for (int64_t j = 0; j < qt.M; ++j) {
       const float inv = 1.0f / qt.l[j];
-      float* o = out + j * q_stride;
-      for (int64_t i = 0; i < D; ++i) o[i] = qt.acc[i * qt.Mp + j] * inv;
+      O* o = out + j * q_stride;
+      for (int64_t i = 0; i < D; ++i) {
+        const float y = qt.acc[i * qt.Mp + j] * inv;
+        if constexpr (std::is_same_v<O, bf16>) {
+          o[i] = to_bf16(y);
+        } else {
+          o[i] = y;
+        }
+      }
       lse[j] = static_cast<float>(static_cast<double>(qt.m[j]) * scale +
                                   std::log(static_cast<double>(qt.l[j])));
     }
@@ -247,7 +261,8 @@ struct AttentionKernel {
   // query tile and the first K / V tile. Asked for during the last key tile
   // of the item before: with dynamic scheduling the next item often runs on
   // this thread, and when not, the rows wait in the shared cache.
-  static void prefetch_forward_item(const float* q, const float* k, const float* v, int64_t item,
+  template <class T>
+  static void prefetch_forward_item(const T* q, const T* k, const T* v, int64_t item,
                                     int64_t tile_groups, int64_t heads, int64_t group, int64_t seq,
                                     int64_t kv_len, int64_t q_stride, int64_t kv_stride,
                                     int64_t D) {
@@ -268,9 +283,11 @@ struct AttentionKernel {
   // and sum as they were (all their scores are masked). With past = 0 the
   // tiles visited, and their order, are exactly those of the aligned
   // diagonal.
-  static void forward(const float* q, const float* k, const float* v, int64_t batch, int64_t seq,
-                      int64_t past, int64_t heads, int64_t kv_heads, int64_t D, float* out,
-                      float* lse) {
+  // q, k, v are fp32 or bf16 (T, widened as they are packed); out is fp32
+  // or bf16 (O).
+  template <class T, class O>
+  static void forward(const T* q, const T* k, const T* v, int64_t batch, int64_t seq, int64_t past,
+                      int64_t heads, int64_t kv_heads, int64_t D, O* out, float* lse) {
     const int64_t group = heads / kv_heads;
     const int64_t kv_len = past + seq;
     const int64_t q_stride = heads * D, kv_stride = kv_heads * D;
@@ -324,7 +341,7 @@ struct AttentionKernel {
           const QueryTile& qt = qtiles[t - t_begin];
           if (ktile == 0) {
             // Each query tile is fetched during the work of the one before.
-            const float* qrows = q + (b * seq + t * kTile) * q_stride + h * D;
+            const T* qrows = q + (b * seq + t * kTile) * q_stride + h * D;
             pack_transposed(qrows, q_stride, qt.M, D, D, qt.Mp, qt.qt);
             if (t + 1 < t_end)
               prefetch_rows(qrows + kTile * q_stride, q_stride, qtiles[t + 1 - t_begin].M, D);
@@ -437,7 +454,8 @@ struct AttentionKernel {
   // Packs the keys and values of the tile starting at position k0 of the
   // sequence starting at row `row0` (k, v point at the kv head's first
   // column).
-  static void pack_key_tile(const float* k, const float* v, int64_t row0, int64_t k0, int64_t seq,
+  template <class T>
+  static void pack_key_tile(const T* k, const T* v, int64_t row0, int64_t k0, int64_t seq,
                             int64_t kv_stride, int64_t D, KeyTile& kt) {
     kt.k0 = k0;
     kt.nk = min(seq - kt.k0, kTile);
@@ -494,7 +512,8 @@ struct AttentionKernel {
   // Prefetches the q and dO rows of the query tile that backward_item packs
   // after tile qt of head h: the next tile of h, else tile first_tile of the
   // next head below end_head.
-  static void prefetch_next_query_tile(const float* q, const float* dout, int64_t b, int64_t h,
+  template <class T>
+  static void prefetch_next_query_tile(const T* q, const float* dout, int64_t b, int64_t h,
                                        int64_t qt, int64_t first_tile, int64_t end_head,
                                        int64_t seq, int64_t q_stride, int64_t D) {
     const int64_t tiles = (seq + kTile - 1) / kTile;
@@ -514,10 +533,11 @@ struct AttentionKernel {
 
   // One backward work item, (b, g): every query head of kv head g against
   // every key tile, key group by key group.
-  static void backward_item(const float* dout, const float* q, const float* k, const float* v,
-                            const float* lse, const float* delta, int64_t b, int64_t g, int64_t seq,
-                            int64_t heads, int64_t kv_heads, int64_t D, float* dq, float* dk,
-                            float* dv, uint32_t fresh) {
+  template <class T>
+  static void backward_item(const float* dout, const T* q, const T* k, const T* v, const float* lse,
+                            const float* delta, int64_t b, int64_t g, int64_t seq, int64_t heads,
+                            int64_t kv_heads, int64_t D, float* dq, float* dk, float* dv,
+                            uint32_t fresh) {
     const int64_t Dp = round_up(D, kW);
     const int64_t group = heads / kv_heads;
     const int64_t q_stride = heads * D, kv_stride = kv_heads * D;
@@ -580,10 +600,12 @@ struct AttentionKernel {
     }
   }
 
-  // The tile pairs of the backward pass, after delta = rowsum(dO * O).
-  static void backward(const float* dout, const float* q, const float* k, const float* v,
-                       const float* lse, const float* delta, int64_t batch, int64_t seq,
-                       int64_t heads, int64_t kv_heads, int64_t D, float* dq, float* dk, float* dv,
+  // The tile pairs of the backward pass, after delta = rowsum(dO * O). q, k
+  // and v are fp32 or bf16 (T); dout and the gradients are fp32.
+  template <class T>
+  static void backward(const float* dout, const T* q, const T* k, const T* v, const float* lse,
+                       const float* delta, int64_t batch, int64_t seq, int64_t heads,
+                       int64_t kv_heads, int64_t D, float* dq, float* dk, float* dv,
                        uint32_t fresh) {
     const int64_t items = batch * kv_heads;
     const bool parallel = items > 1 && batch * heads * seq * seq * D >= (int64_t{1} << 19);

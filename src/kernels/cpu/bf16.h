@@ -188,6 +188,20 @@ void silu_mul_backward_act(const float* dout, ActIn a, ActIn b, int64_t n, float
                            uint32_t fresh = 0);
 void add_forward_act(ActIn a, ActIn b, int64_t n, ActOut out);
 
+// Attention (kernels.h: attention_forward_cached, attention_backward) with
+// q, k, v and out all bf16 (or all fp32): the tiles widen q, k and v exactly
+// as they pack them, and out is rounded once from its fp32 value, so the
+// bits are those of the fp32 kernels on widened copies, rounded, without
+// whole-tensor fp32 copies. dout, lse and the gradients are fp32. A mix of
+// bf16 and fp32 operands is an std::invalid_argument.
+void attention_forward_act(ActIn q, ActIn k, ActIn v, int64_t batch, int64_t seq, int64_t past,
+                           int64_t heads, int64_t kv_heads, int64_t head_dim, ActOut out,
+                           float* lse);
+void attention_backward_act(const float* dout, ActIn q, ActIn k, ActIn v, ActIn out,
+                            const float* lse, int64_t batch, int64_t seq, int64_t heads,
+                            int64_t kv_heads, int64_t head_dim, float* dq, float* dk, float* dv,
+                            float* workspace, uint32_t fresh);
+
 // Measured bf16 dot-product throughput (FLOP/s) over `threads` threads with
 // vdpbf16ps, the best of `runs`; 0 where the CPU lacks avx512_bf16. The
 // peak that bf16 MFU is stated against.

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/cpu/bf16.h"
 #include "kernels/cpu/kernels.h"
 
 namespace remat::cpu::detail {
@@ -85,6 +86,15 @@ void attention_forward_avx512(const float* q, const float* k, const float* v, in
                               int64_t seq, int64_t past, int64_t heads, int64_t kv_heads,
                               int64_t head_dim, float* out, float* lse);
 void attention_backward_avx512(const float* dout, const float* q, const float* k, const float* v,
+                               const float* lse, const float* delta, int64_t batch, int64_t seq,
+                               int64_t heads, int64_t kv_heads, int64_t head_dim, float* dq,
+                               float* dk, float* dv, uint32_t fresh);
+// The same on bf16 q, k, v and out (bf16.h): widened as they are packed,
+// out rounded once.
+void attention_forward_avx512(const bf16* q, const bf16* k, const bf16* v, int64_t batch,
+                              int64_t seq, int64_t past, int64_t heads, int64_t kv_heads,
+                              int64_t head_dim, bf16* out, float* lse);
+void attention_backward_avx512(const float* dout, const bf16* q, const bf16* k, const bf16* v,
                                const float* lse, const float* delta, int64_t batch, int64_t seq,
                                int64_t heads, int64_t kv_heads, int64_t head_dim, float* dq,
                                float* dk, float* dv, uint32_t fresh);

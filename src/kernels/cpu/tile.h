@@ -10,6 +10,8 @@
 
 #include <cstdint>
 
+#include "kernels/cpu/bf16.h"
+
 namespace remat::cpu::detail {
 
 // C[r, n] (+)= sum_k A(r, k) * B[k, n] for r < R, n < 8 * NV, where
@@ -173,6 +175,43 @@ inline void pack_transposed(const float* src, int64_t src_stride, int64_t rows, 
         for (int64_t j = 0; j < jn; ++j)
           for (int64_t i = 0; i < in; ++i)
             dst[(i0 + i) * np + j0 + j] = src[(j0 + j) * src_stride + i0 + i];
+      }
+    }
+  }
+  for (int64_t i = 0; i < dp; ++i)
+    for (int64_t j = (i < d ? rows : 0); j < np; ++j) dst[i * np + j] = 0.0f;
+}
+
+// The same two packings from bf16 rows (bf16 activations, bf16.h), widened
+// exactly as they are copied: the tiles hold the fp32 values that packing
+// the widened rows would, so every product after them is the fp32 one.
+inline void pack_rows(const bf16* src, int64_t src_stride, int64_t rows, int64_t d, int64_t dp,
+                      float* dst) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const bf16* in = src + r * src_stride;
+    float* out = dst + r * dp;
+    int64_t i = 0;
+    for (; i + 8 <= d; i += 8) _mm256_storeu_ps(out + i, load_bf16x8(in + i));
+    for (; i < d; ++i) out[i] = from_bf16(in[i]);
+    for (i = d; i < dp; ++i) out[i] = 0.0f;
+  }
+}
+
+inline void pack_transposed(const bf16* src, int64_t src_stride, int64_t rows, int64_t d,
+                            int64_t dp, int64_t np, float* dst) {
+  for (int64_t j0 = 0; j0 < rows; j0 += 8) {
+    const int64_t jn = rows - j0 < 8 ? rows - j0 : 8;
+    for (int64_t i0 = 0; i0 < d; i0 += 8) {
+      const int64_t in = d - i0 < 8 ? d - i0 : 8;
+      if (jn == 8 && in == 8) {
+        float block[64];  // the 8x8 block widened, then transposed as fp32
+        for (int64_t j = 0; j < 8; ++j)
+          _mm256_storeu_ps(block + 8 * j, load_bf16x8(src + (j0 + j) * src_stride + i0));
+        transpose8x8(block, 8, dst + i0 * np + j0, np);
+      } else {
+        for (int64_t j = 0; j < jn; ++j)
+          for (int64_t i = 0; i < in; ++i)
+            dst[(i0 + i) * np + j0 + j] = from_bf16(src[(j0 + j) * src_stride + i0 + i]);
       }
     }
   }
