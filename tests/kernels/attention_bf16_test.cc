@@ -18,29 +18,12 @@
 namespace remat::cpu {
 namespace {
 
+using testing::bits;
+using testing::in;
+using testing::narrowed;
 using testing::random_vector;
 using testing::ThreadsGuard;
-
-std::vector<bf16> narrowed(const std::vector<float>& x) {
-  std::vector<bf16> out(x.size());
-  narrow_to_bf16(x.data(), static_cast<int64_t>(x.size()), out.data());
-  return out;
-}
-
-std::vector<float> widened(const std::vector<bf16>& x) {
-  std::vector<float> out(x.size());
-  widen_from_bf16(x.data(), static_cast<int64_t>(x.size()), out.data());
-  return out;
-}
-
-// Bit patterns, so that -0 and +0 (and NaN payloads) differ.
-std::vector<uint32_t> bits(const std::vector<float>& x) {
-  std::vector<uint32_t> out(x.size());
-  std::memcpy(out.data(), x.data(), x.size() * sizeof(float));
-  return out;
-}
-
-ActIn in(const std::vector<bf16>& x) { return {x.data(), true}; }
+using testing::widened;
 
 struct Shape {
   int64_t batch, seq, heads, kv_heads, head_dim;

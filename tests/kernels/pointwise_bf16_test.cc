@@ -15,29 +15,13 @@
 namespace remat::cpu {
 namespace {
 
+using testing::bits;
+using testing::in;
+using testing::narrowed;
 using testing::random_vector;
 using testing::ThreadsGuard;
+using testing::widened;
 
-std::vector<bf16> narrowed(const std::vector<float>& x) {
-  std::vector<bf16> out(x.size());
-  narrow_to_bf16(x.data(), static_cast<int64_t>(x.size()), out.data());
-  return out;
-}
-
-std::vector<float> widened(const std::vector<bf16>& x) {
-  std::vector<float> out(x.size());
-  widen_from_bf16(x.data(), static_cast<int64_t>(x.size()), out.data());
-  return out;
-}
-
-// Bit patterns, so that -0 and +0 differ.
-std::vector<uint32_t> bits(const std::vector<float>& x) {
-  std::vector<uint32_t> out(x.size());
-  std::memcpy(out.data(), x.data(), x.size() * sizeof(float));
-  return out;
-}
-
-ActIn in(const std::vector<bf16>& x) { return {x.data(), true}; }
 ActIn in(const std::vector<float>& x) { return {x.data(), false}; }
 ActOut out(std::vector<bf16>& y) { return {y.data(), true}; }
 ActOut out(std::vector<float>& y) { return {y.data(), false}; }

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/bf16.h"
 #include "kernels/cpu/kernels.h"
 
 namespace remat::cpu::testing {
@@ -38,6 +39,30 @@ inline std::vector<float> random_vector(int64_t n, uint32_t seed, float scale = 
   for (float& x : v) x = dist(gen);
   return v;
 }
+
+// bf16 copies of fp32 values, rounded to nearest even.
+inline std::vector<bf16> narrowed(const std::vector<float>& x) {
+  std::vector<bf16> out(x.size());
+  narrow_to_bf16(x.data(), static_cast<int64_t>(x.size()), out.data());
+  return out;
+}
+
+// fp32 copies of bf16 values (exact).
+inline std::vector<float> widened(const std::vector<bf16>& x) {
+  std::vector<float> out(x.size());
+  widen_from_bf16(x.data(), static_cast<int64_t>(x.size()), out.data());
+  return out;
+}
+
+// Bit patterns, so that comparisons tell -0 from +0 and NaN payloads apart.
+inline std::vector<uint32_t> bits(const std::vector<float>& x) {
+  std::vector<uint32_t> out(x.size());
+  std::memcpy(out.data(), x.data(), x.size() * sizeof(float));
+  return out;
+}
+
+// A bf16 tensor as the input of an activation kernel.
+inline ActIn in(const std::vector<bf16>& x) { return {x.data(), true}; }
 
 inline std::vector<int32_t> random_tokens(int64_t n, int32_t vocab, uint32_t seed) {
   std::mt19937 gen(seed);
