@@ -21,6 +21,7 @@
 namespace remat::cpu {
 namespace {
 
+using testing::bits;
 using testing::random_vector;
 using testing::ThreadsGuard;
 
@@ -311,40 +312,87 @@ TEST(Bf16Linear, ForwardRoundsTheFp32ResultOnce) {
 
 // The fallback's linears on bf16 activations with fp32 weights and dy are
 // the fp32 linears (kernels.h) on the widened activation, bit for bit: y (in
-// fp32, or rounded once), a fresh dx overwritten and an accumulated dx, dw
-// accumulated; both weight layouts, at 1 and 3 threads.
+// fp32, or rounded once), a fresh dx overwritten and an accumulated dx; both
+// weight layouts, at 1 and 3 threads. (dw sums x's rows in blocks: below.)
 TEST(Bf16Linear, ActivationLinearsAreTheFp32OnesOnWidenedRows) {
-  const int64_t m = 700, k = 96, n = 80;
-  const std::vector<bf16> x = random_bf16(m * k, 9);
-  const std::vector<float> w = random_vector(n * k, 10), dy = random_vector(m * n, 11);
-  std::vector<float> x32(m * k);
-  widen_from_bf16(x.data(), m * k, x32.data());
-  for (int threads : {1, 3}) {
-    ThreadsGuard guard(threads);
-    for (bool in_out : {false, true}) {
-      for (uint32_t fresh : {0u, 1u}) {
-        std::vector<float> y(m * n), dx(m * k, fresh ? NAN : 0.5f), dw(n * k, 0.25f);
-        std::vector<float> y_ref(m * n), dx_ref(m * k, 0.5f), dw_ref(n * k, 0.25f);
-        std::vector<bf16> y16(m * n);
-        linear_act_forward({x.data(), true}, w.data(), in_out, m, k, n, {y.data(), false});
-        linear_act_forward({x.data(), true}, w.data(), in_out, m, k, n, {y16.data(), true});
-        linear_act_backward(dy.data(), {x.data(), true}, w.data(), in_out, m, k, n, dx.data(),
-                            dw.data(), fresh);
-        if (in_out) {
-          linear_in_out_forward(x32.data(), w.data(), m, k, n, y_ref.data());
-          linear_in_out_backward(dy.data(), x32.data(), w.data(), m, k, n, dx_ref.data(),
-                                 dw_ref.data(), fresh);
-        } else {
-          linear_forward(x32.data(), w.data(), m, k, n, y_ref.data());
-          linear_backward(dy.data(), x32.data(), w.data(), m, k, n, dx_ref.data(), dw_ref.data(),
-                          fresh);
+  // n = 600: dw's rows in more than one chunk.
+  const int64_t m = 700, k = 96;
+  for (const int64_t n : {80, 600}) {
+    const std::vector<bf16> x = random_bf16(m * k, 9);
+    const std::vector<float> w = random_vector(n * k, 10), dy = random_vector(m * n, 11);
+    std::vector<float> x32(m * k);
+    widen_from_bf16(x.data(), m * k, x32.data());
+    for (int threads : {1, 3}) {
+      ThreadsGuard guard(threads);
+      for (bool in_out : {false, true}) {
+        for (uint32_t fresh : {0u, 1u}) {
+          std::vector<float> y(m * n), dx(m * k, fresh ? NAN : 0.5f);
+          std::vector<float> y_ref(m * n), dx_ref(m * k, 0.5f);
+          std::vector<bf16> y16(m * n);
+          linear_act_forward({x.data(), true}, w.data(), in_out, m, k, n, {y.data(), false});
+          linear_act_forward({x.data(), true}, w.data(), in_out, m, k, n, {y16.data(), true});
+          linear_act_backward(dy.data(), {x.data(), true}, w.data(), in_out, m, k, n, dx.data(),
+                              nullptr, fresh);
+          if (in_out) {
+            linear_in_out_forward(x32.data(), w.data(), m, k, n, y_ref.data());
+            linear_in_out_backward(dy.data(), x32.data(), w.data(), m, k, n, dx_ref.data(), nullptr,
+                                   fresh);
+          } else {
+            linear_forward(x32.data(), w.data(), m, k, n, y_ref.data());
+            linear_backward(dy.data(), x32.data(), w.data(), m, k, n, dx_ref.data(), nullptr,
+                            fresh);
+          }
+          const std::string where = "n " + std::to_string(n) + " threads " +
+                                    std::to_string(threads) + " in_out " + std::to_string(in_out) +
+                                    " fresh " + std::to_string(fresh);
+          EXPECT_EQ(bits(y), bits(y_ref)) << where;
+          for (int64_t i = 0; i < m * n; ++i) ASSERT_EQ(y16[i], to_bf16(y_ref[i])) << where << i;
+          EXPECT_EQ(bits(dx), bits(dx_ref)) << where;
         }
-        const std::string where = "threads " + std::to_string(threads) + " in_out " +
-                                  std::to_string(in_out) + " fresh " + std::to_string(fresh);
-        EXPECT_EQ(y, y_ref) << where;
-        for (int64_t i = 0; i < m * n; ++i) ASSERT_EQ(y16[i], to_bf16(y_ref[i])) << where << i;
-        EXPECT_EQ(dx, dx_ref) << where;
-        EXPECT_EQ(dw, dw_ref) << where;
+      }
+    }
+  }
+}
+
+// The fallback's dw from bf16 x (widened a block of rows at a time, chunked
+// over dw's rows or, when it has too few, its columns) is the product summed
+// in double to fp32 rounding; the same bits on 1 and 3 threads and with dx
+// computed alongside or not; a fresh dw has the bits of accumulating into
+// zeros. Shapes: one block and two (m above 512), each way of chunking.
+TEST(Bf16Linear, ActivationWeightGradientIsTheProductOnAnyThreadCount) {
+  struct Shape {
+    int64_t m, k, n;
+  };
+  for (const Shape s :
+       {Shape{300, 96, 80}, Shape{700, 96, 80}, Shape{700, 300, 80}, Shape{1100, 96, 300}}) {
+    const std::vector<bf16> x = random_bf16(s.m * s.k, 17);
+    const std::vector<float> w = random_vector(s.n * s.k, 18), dy = random_vector(s.m * s.n, 19);
+    for (bool in_out : {false, true}) {
+      const std::string where = "m " + std::to_string(s.m) + " k " + std::to_string(s.k) + " n " +
+                                std::to_string(s.n) + " in_out " + std::to_string(in_out);
+      auto run = [&](int threads, uint32_t fresh, bool with_dx) {
+        ThreadsGuard guard(threads);
+        std::vector<float> dw(s.n * s.k, (fresh & 2) ? NAN : 0.0f), dx(s.m * s.k, 0.0f);
+        linear_act_backward(dy.data(), {x.data(), true}, w.data(), in_out, s.m, s.k, s.n,
+                            with_dx ? dx.data() : nullptr, dw.data(), fresh);
+        return dw;
+      };
+      const std::vector<float> dw = run(1, 0, false);
+      EXPECT_EQ(bits(run(3, 0, false)), bits(dw)) << where;
+      EXPECT_EQ(bits(run(3, 2, true)), bits(dw)) << where;
+      EXPECT_EQ(bits(run(1, 3, true)), bits(dw)) << where;
+      // dw[o, i] (weight [n, k]) or dw[i, o] (weight [k, n]) = sum_r dy[r, o] * x[r, i].
+      for (int64_t o = 0; o < s.n; ++o) {
+        for (int64_t i = 0; i < s.k; ++i) {
+          double sum = 0.0, scale = 0.0;
+          for (int64_t r = 0; r < s.m; ++r) {
+            const double term = static_cast<double>(dy[r * s.n + o]) * from_bf16(x[r * s.k + i]);
+            sum += term;
+            scale += std::fabs(term);
+          }
+          const float got = in_out ? dw[i * s.n + o] : dw[o * s.k + i];
+          ASSERT_NEAR(got, sum, 1e-5 * scale + 1e-30) << where << " o " << o << " i " << i;
+        }
       }
     }
   }

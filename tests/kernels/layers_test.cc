@@ -15,6 +15,7 @@
 namespace remat::cpu {
 namespace {
 
+using testing::bits;
 using testing::check_gradient;
 using testing::random_tokens;
 using testing::random_vector;
@@ -235,6 +236,50 @@ TEST(Rope, ForwardMatchesDirectFormula) {
         }
   // Position 0 is the identity.
   for (int64_t j = 0; j < heads * hd; ++j) EXPECT_EQ(y[j], x[j]);
+}
+
+// The kernel rotates 4 pairs per 8-lane vector and the rest of a head one
+// pair at a time; both give the bits of the scalar formula, forward and
+// backward (the rotation by -angle, added, or written into a fresh dx as
+// adding to zeros would). Head widths: vectors only, a tail only, both.
+TEST(Rope, VectorAndTailAreTheScalarFormulaBitForBit) {
+  const int64_t batch = 2, seq = 5, heads = 3, first = 3;
+  const double theta = 10000.0;
+  for (const int64_t hd : {4, 8, 12, 22, 64}) {
+    const auto x = random_vector(batch * seq * heads * hd, 33);
+    const auto acc = random_vector(x.size(), 34);
+    std::vector<float> y(x.size()), want(x.size()), dx = acc, dx_want = acc;
+    std::vector<float> fresh(x.size(), NAN), fresh_want(x.size());
+    rope_forward_from(x.data(), batch, seq, first, heads, hd, theta, y.data());
+    rope_backward(x.data(), batch, seq, heads, hd, theta, dx.data());
+    rope_backward(x.data(), batch, seq, heads, hd, theta, fresh.data(), /*fresh=*/1);
+    for (int64_t b = 0; b < batch; ++b)
+      for (int64_t p = 0; p < seq; ++p)
+        for (int64_t i = 0; i < hd / 2; ++i) {
+          const double freq =
+              std::pow(theta, -static_cast<double>(2 * i) / static_cast<double>(hd));
+          const auto rotate = [&](int64_t position, float sign, int64_t o, float* out, bool add) {
+            const double angle = static_cast<double>(position) * freq;
+            const float c = static_cast<float>(std::cos(angle));
+            const float s = sign * static_cast<float>(std::sin(angle));
+            const float y0 = std::fma(x[o], c, -(x[o + 1] * s));
+            const float y1 = std::fma(x[o], s, x[o + 1] * c);
+            out[o] = add ? out[o] + y0 : y0;
+            out[o + 1] = add ? out[o + 1] + y1 : y1;
+          };
+          for (int64_t h = 0; h < heads; ++h) {
+            const int64_t o = ((b * seq + p) * heads + h) * hd + 2 * i;
+            rotate(first + p, 1.0f, o, want.data(), false);
+            rotate(p, -1.0f, o, dx_want.data(), true);
+            fresh_want[o] = 0.0f;
+            fresh_want[o + 1] = 0.0f;
+            rotate(p, -1.0f, o, fresh_want.data(), true);
+          }
+        }
+    EXPECT_EQ(bits(y), bits(want)) << "head_dim " << hd;
+    EXPECT_EQ(bits(dx), bits(dx_want)) << "head_dim " << hd;
+    EXPECT_EQ(bits(fresh), bits(fresh_want)) << "head_dim " << hd;
+  }
 }
 
 TEST(Rope, GradientMatchesFiniteDifferences) {

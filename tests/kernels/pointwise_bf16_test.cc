@@ -1,7 +1,7 @@
 // The pointwise ops on bf16 activations (kernels/cpu/bf16.h) give exactly
 // the bits of the executor's fp32 staging: whole tensors widened, the fp32
 // kernel run on them, its bf16 results rounded once; on 1 and 2 threads, at
-// sizes that span several chunks and end in partial ones.
+// sizes that end in partial vectors and blocks.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -48,17 +48,25 @@ TEST(PointwiseBf16, RmsNormIsTheStagedFp32Kernel) {
 }
 
 TEST(PointwiseBf16, RopeIsTheStagedFp32Kernel) {
-  // 4 heads of 16: 256 positions per chunk, so each sequence of 500 spans a
-  // whole chunk and a partial one; positions start at 7.
-  const int64_t batch = 2, seq = 500, heads = 4, head_dim = 16, first = 7;
-  const std::vector<bf16> x = narrowed(random_vector(batch * seq * heads * head_dim, 4));
-  std::vector<float> y32(x.size());
-  rope_forward_from(widened(x).data(), batch, seq, first, heads, head_dim, 10000.0, y32.data());
-  for (int threads : {1, 2}) {
-    ThreadsGuard guard(threads);
-    std::vector<bf16> y(x.size());
-    rope_forward_act(in(x), batch, seq, first, heads, head_dim, 10000.0, out(y));
-    EXPECT_EQ(y, narrowed(y32)) << threads;
+  // Heads of 16 (8-lane vectors only) and 12 (a scalar tail), bf16 and fp32
+  // in and out; positions start at 7.
+  const int64_t batch = 2, seq = 500, heads = 4, first = 7;
+  for (const int64_t head_dim : {16, 12}) {
+    const std::vector<bf16> x = narrowed(random_vector(batch * seq * heads * head_dim, 4));
+    std::vector<float> y32(x.size());
+    rope_forward_from(widened(x).data(), batch, seq, first, heads, head_dim, 10000.0, y32.data());
+    for (int threads : {1, 2}) {
+      ThreadsGuard guard(threads);
+      std::vector<bf16> y(x.size());
+      std::vector<float> y_wide(x.size());
+      rope_forward_act(in(x), batch, seq, first, heads, head_dim, 10000.0, out(y));
+      EXPECT_EQ(y, narrowed(y32)) << threads;
+      rope_forward_act(in(x), batch, seq, first, heads, head_dim, 10000.0, out(y_wide));
+      EXPECT_EQ(bits(y_wide), bits(y32)) << threads;
+      const std::vector<float> x32 = widened(x);
+      rope_forward_act(in(x32), batch, seq, first, heads, head_dim, 10000.0, out(y));
+      EXPECT_EQ(y, narrowed(y32)) << threads;
+    }
   }
 }
 

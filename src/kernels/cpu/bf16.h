@@ -156,8 +156,10 @@ struct ActOut {
 // two passes each and buy nothing the fp32 sgemm needs; the bf16 storage of
 // activations is kept. Rows are chunked as in the fp32 linears, so bits never
 // depend on the thread count. Forward writes y in fp32 or rounds it to bf16
-// once; backward is the fp32 linear's (kernels.h: dx and dw accumulated, or
-// overwritten where `fresh` bits 0 and 1 say so) on x widened.
+// once; backward accumulates dx and dw (kernels.h), or overwrites them where
+// `fresh` bits 0 and 1 say so. y and dx are the fp32 linear's bits on x
+// widened; dw sums x's rows in blocks of 512, each widened where the GEMM
+// reads it (linear_act.cc), so its rounding differs from the fp32 linear's.
 void linear_act_forward(ActIn x, const float* w, bool weight_in_out, int64_t m, int64_t k,
                         int64_t n, ActOut y);
 void linear_act_backward(const float* dy, ActIn x, const float* w, bool weight_in_out, int64_t m,
@@ -170,11 +172,12 @@ void grouped_linear_act_backward(const float* dout, const bf16* rows, const floa
                                  float* drows, float* dw, uint32_t fresh);
 
 // The pointwise ops of kernels.h on such activations, with fp32 weights,
-// statistics and gradients. Each runs the fp32 kernel on chunks of its
-// operands widened in per-thread scratch and rounds its bf16 results once:
-// the bits of widening whole tensors, running the fp32 kernel and rounding
-// (the executor's fp32 staging), on any thread count, without whole-tensor
-// fp32 copies. RoPE's and the add's backwards read no activation.
+// statistics and gradients. Each is the fp32 kernel's body instantiated on
+// its operands' dtypes (operands.h: bf16 widened as it is read, a result
+// rounded once as it is written): the bits of widening whole tensors,
+// running the fp32 kernel and rounding (the executor's fp32 staging), on any
+// thread count, without fp32 copies. RoPE's and the add's backwards read no
+// activation.
 void rmsnorm_forward_act(ActIn x, const float* weight, int64_t rows, int64_t dim, float eps,
                          ActOut out, float* rstd);
 void rmsnorm_backward_act(const float* dout, ActIn x, const float* weight, const float* rstd,

@@ -7,65 +7,22 @@
 #include "kernels/cpu/bf16.h"
 #include "kernels/cpu/internal.h"
 #include "kernels/cpu/kernels.h"
+#include "kernels/cpu/operands.h"
 
 namespace remat::cpu {
 
 namespace {
 
+using detail::AnyIn;
+using detail::AnyOut;
+using detail::Bf16In;
+using detail::Bf16Out;
+using detail::F32In;
+using detail::F32Out;
+
 // Elementwise loops are split into fixed blocks of 8-float vectors; each
 // element's arithmetic is the same whichever thread runs it.
 constexpr int64_t kBlock = 4096;
-
-// Operands read as fp32 (8 lanes at i, or element i alone) and results
-// written from fp32: fp32 and bf16 ones with their dtype fixed at compile
-// time, the bodies' usual instantiations, and Any* for the rare calls whose
-// activations mix dtypes (a value the program keeps in fp32).
-struct F32In {
-  const float* p;
-  __m256 load(int64_t i) const { return _mm256_loadu_ps(p + i); }
-  float at(int64_t i) const { return p[i]; }
-};
-struct Bf16In {
-  const bf16* p;
-  __m256 load(int64_t i) const { return load_bf16x8(p + i); }
-  float at(int64_t i) const { return from_bf16(p[i]); }
-};
-struct AnyIn {
-  ActIn x;
-  __m256 load(int64_t i) const {
-    return x.bf16 ? Bf16In{static_cast<const bf16*>(x.data)}.load(i)
-                  : F32In{static_cast<const float*>(x.data)}.load(i);
-  }
-  float at(int64_t i) const {
-    return x.bf16 ? Bf16In{static_cast<const bf16*>(x.data)}.at(i)
-                  : F32In{static_cast<const float*>(x.data)}.at(i);
-  }
-};
-struct F32Out {
-  float* p;
-  void store(int64_t i, __m256 v) const { _mm256_storeu_ps(p + i, v); }
-  void set(int64_t i, float v) const { p[i] = v; }
-};
-struct Bf16Out {
-  bf16* p;
-  void store(int64_t i, __m256 v) const { store_bf16x8(p + i, v); }
-  void set(int64_t i, float v) const { p[i] = to_bf16(v); }
-};
-struct AnyOut {
-  ActOut y;
-  void store(int64_t i, __m256 v) const {
-    if (y.bf16)
-      Bf16Out{static_cast<bf16*>(y.data)}.store(i, v);
-    else
-      F32Out{static_cast<float*>(y.data)}.store(i, v);
-  }
-  void set(int64_t i, float v) const {
-    if (y.bf16)
-      Bf16Out{static_cast<bf16*>(y.data)}.set(i, v);
-    else
-      F32Out{static_cast<float*>(y.data)}.set(i, v);
-  }
-};
 
 // body(a, b) on two activations, as Bf16In where both are bf16 (the usual
 // case under bf16), else as AnyIn.

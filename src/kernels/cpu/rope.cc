@@ -1,9 +1,14 @@
-// Rotary position embedding, torchtitan's interleaved pair layout.
+// Rotary position embedding, torchtitan's interleaved pair layout. One body
+// on fp32 operands (kernels.h) or activations in bf16 (bf16.h's *_act,
+// operands.h): a bf16 x is widened and a bf16 out rounded element by
+// element, the bits of the fp32 kernel on a widened copy, rounded.
 #include <cmath>
 #include <stdexcept>
 
+#include "kernels/cpu/bf16.h"
 #include "kernels/cpu/internal.h"
 #include "kernels/cpu/kernels.h"
+#include "kernels/cpu/operands.h"
 
 namespace remat::cpu {
 
@@ -11,8 +16,6 @@ namespace {
 
 constexpr int64_t kMaxPairs = 512;  // head_dim up to 1024
 
-// Rotates every head of every (batch, position) row by +angle (sign = 1) or
-// -angle (sign = -1); row p of a sequence is at position first + p.
 // How the rotated values reach `out`.
 enum class Store {
   kAssign,  // out = rotated (forward)
@@ -25,12 +28,43 @@ enum class Store {
   kAddToZero,
 };
 
-void rope_apply(const float* x, int64_t batch, int64_t seq, int64_t first, int64_t heads,
-                int64_t head_dim, double theta, float sign, Store store, float* out) {
+// y (8 lanes, rotated) stored at element i of out as `store` says.
+template <Store store, class Y>
+void store8(Y out, int64_t i, __m256 y) {
+  if constexpr (store == Store::kAssign) {
+    out.store(i, y);
+  } else if constexpr (store == Store::kAdd) {
+    _mm256_storeu_ps(out.p + i, _mm256_add_ps(_mm256_loadu_ps(out.p + i), y));
+  } else {  // +0 for a -0 rotation, as the zeroed buffer gives
+    _mm256_storeu_ps(out.p + i, _mm256_add_ps(_mm256_setzero_ps(), y));
+  }
+}
+template <Store store, class Y>
+void store1(Y out, int64_t i, float y) {
+  if constexpr (store == Store::kAssign) {
+    out.set(i, y);
+  } else if constexpr (store == Store::kAdd) {
+    out.p[i] += y;
+  } else {
+    out.p[i] = 0.0f + y;
+  }
+}
+
+// Rotates every head of every (batch, position) row by +angle (sign = 1) or
+// -angle (sign = -1); row p of a sequence is at position first + p.
+// x and out are operands.h's; kAdd and kAddToZero need an F32Out. A pair
+// (x0, x1) becomes (fma(x0, c, x1 * -s), fma(x0, s, x1 * c)) (-(x1 * s) is
+// x1 * -s exactly): 8 lanes hold 4 pairs, x0 duplicated into both lanes of
+// its pair times (c, s), plus x1 duplicated times (-s, c), the same
+// operations lane by lane as the scalar tail.
+template <Store store, class X, class Y>
+void rope_apply(X x, int64_t batch, int64_t seq, int64_t first, int64_t heads, int64_t head_dim,
+                double theta, float sign, Y out) {
   if (head_dim % 2 != 0 || head_dim / 2 > kMaxPairs)
     throw std::invalid_argument("rope: head_dim must be even and at most 1024");
   const int64_t pairs = head_dim / 2;
   const int64_t row = heads * head_dim;
+  const int64_t vector_end = head_dim / 8 * 8;
   double freq[kMaxPairs];
   for (int64_t i = 0; i < pairs; ++i)
     freq[i] = std::pow(theta, -static_cast<double>(2 * i) / static_cast<double>(head_dim));
@@ -38,32 +72,32 @@ void rope_apply(const float* x, int64_t batch, int64_t seq, int64_t first, int64
 #pragma omp parallel for schedule(static) \
     num_threads(nt) if (batch * seq * row >= detail::kParallelMin)
   for (int64_t p = 0; p < seq; ++p) {
-    float c[kMaxPairs], s[kMaxPairs];
+    // Per element of a head: cs = (c, s) and sc = (-s, c) of its pair.
+    alignas(32) float cs[2 * kMaxPairs], sc[2 * kMaxPairs];
     for (int64_t i = 0; i < pairs; ++i) {
       const double angle = static_cast<double>(first + p) * freq[i];
-      c[i] = static_cast<float>(std::cos(angle));
-      s[i] = sign * static_cast<float>(std::sin(angle));
+      const float c = static_cast<float>(std::cos(angle));
+      const float s = sign * static_cast<float>(std::sin(angle));
+      cs[2 * i] = c;
+      cs[2 * i + 1] = s;
+      sc[2 * i] = -s;
+      sc[2 * i + 1] = c;
     }
     for (int64_t b = 0; b < batch; ++b) {
-      const float* xr = x + (b * seq + p) * row;
-      float* yr = out + (b * seq + p) * row;
+      const int64_t xr = (b * seq + p) * row;
       for (int64_t h = 0; h < heads; ++h) {
-        const float* xh = xr + h * head_dim;
-        float* yh = yr + h * head_dim;
-        for (int64_t i = 0; i < pairs; ++i) {
-          const float x0 = xh[2 * i], x1 = xh[2 * i + 1];
-          const float y0 = std::fma(x0, c[i], -(x1 * s[i]));
-          const float y1 = std::fma(x0, s[i], x1 * c[i]);
-          if (store == Store::kAdd) {
-            yh[2 * i] += y0;
-            yh[2 * i + 1] += y1;
-          } else if (store == Store::kAddToZero) {
-            yh[2 * i] = 0.0f + y0;  // +0 for a -0 rotation, as the zeroed buffer gives
-            yh[2 * i + 1] = 0.0f + y1;
-          } else {
-            yh[2 * i] = y0;
-            yh[2 * i + 1] = y1;
-          }
+        const int64_t xh = xr + h * head_dim;
+        for (int64_t j = 0; j < vector_end; j += 8) {
+          const __m256 v = x.load(xh + j);
+          const __m256 y =
+              _mm256_fmadd_ps(_mm256_moveldup_ps(v), _mm256_load_ps(cs + j),
+                              _mm256_mul_ps(_mm256_movehdup_ps(v), _mm256_load_ps(sc + j)));
+          store8<store>(out, xh + j, y);
+        }
+        for (int64_t j = vector_end; j < head_dim; j += 2) {
+          const float x0 = x.at(xh + j), x1 = x.at(xh + j + 1);
+          store1<store>(out, xh + j, std::fma(x0, cs[j], x1 * sc[j]));
+          store1<store>(out, xh + j + 1, std::fma(x0, cs[j + 1], x1 * sc[j + 1]));
         }
       }
     }
@@ -74,20 +108,35 @@ void rope_apply(const float* x, int64_t batch, int64_t seq, int64_t first, int64
 
 void rope_forward(const float* x, int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
                   double theta, float* out) {
-  rope_apply(x, batch, seq, 0, heads, head_dim, theta, 1.0f, Store::kAssign, out);
+  rope_apply<Store::kAssign>(detail::F32In{x}, batch, seq, 0, heads, head_dim, theta, 1.0f,
+                             detail::F32Out{out});
 }
 
 void rope_forward_from(const float* x, int64_t batch, int64_t seq, int64_t first_position,
                        int64_t heads, int64_t head_dim, double theta, float* out) {
   if (first_position < 0) throw std::invalid_argument("rope: first_position must be >= 0");
-  rope_apply(x, batch, seq, first_position, heads, head_dim, theta, 1.0f, Store::kAssign, out);
+  rope_apply<Store::kAssign>(detail::F32In{x}, batch, seq, first_position, heads, head_dim, theta,
+                             1.0f, detail::F32Out{out});
+}
+
+void rope_forward_act(ActIn x, int64_t batch, int64_t seq, int64_t first_position, int64_t heads,
+                      int64_t head_dim, double theta, ActOut out) {
+  if (first_position < 0) throw std::invalid_argument("rope: first_position must be >= 0");
+  detail::on_input_output(x, out, [&](auto in, auto y) {
+    rope_apply<Store::kAssign>(in, batch, seq, first_position, heads, head_dim, theta, 1.0f, y);
+  });
 }
 
 // The rotation is orthogonal: its transpose is the rotation by -angle.
 void rope_backward(const float* dout, int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
                    double theta, float* dx, uint32_t fresh) {
-  rope_apply(dout, batch, seq, 0, heads, head_dim, theta, -1.0f,
-             (fresh & 1) != 0 ? Store::kAddToZero : Store::kAdd, dx);
+  if ((fresh & 1) != 0) {
+    rope_apply<Store::kAddToZero>(detail::F32In{dout}, batch, seq, 0, heads, head_dim, theta, -1.0f,
+                                  detail::F32Out{dx});
+  } else {
+    rope_apply<Store::kAdd>(detail::F32In{dout}, batch, seq, 0, heads, head_dim, theta, -1.0f,
+                            detail::F32Out{dx});
+  }
 }
 
 }  // namespace remat::cpu
