@@ -356,9 +356,10 @@ TEST(Bf16Linear, ActivationLinearsAreTheFp32OnesOnWidenedRows) {
 
 // The fallback's dw from bf16 x (widened a block of rows at a time, chunked
 // over dw's rows or, when it has too few, its columns) is the product summed
-// in double to fp32 rounding; the same bits on 1 and 3 threads and with dx
-// computed alongside or not; a fresh dw has the bits of accumulating into
-// zeros. Shapes: one block and two (m above 512), each way of chunking.
+// in double to fp32 rounding; the same bits on 1, 2 and 3 threads (n 300
+// is 3 chunks of dw's rows: one or two to a thread) and with dx computed
+// alongside or not; a fresh dw has the bits of accumulating into zeros.
+// Shapes: one block and two (m above 512), each way of chunking.
 TEST(Bf16Linear, ActivationWeightGradientIsTheProductOnAnyThreadCount) {
   struct Shape {
     int64_t m, k, n;
@@ -378,6 +379,7 @@ TEST(Bf16Linear, ActivationWeightGradientIsTheProductOnAnyThreadCount) {
         return dw;
       };
       const std::vector<float> dw = run(1, 0, false);
+      EXPECT_EQ(bits(run(2, 0, false)), bits(dw)) << where;
       EXPECT_EQ(bits(run(3, 0, false)), bits(dw)) << where;
       EXPECT_EQ(bits(run(3, 2, true)), bits(dw)) << where;
       EXPECT_EQ(bits(run(1, 3, true)), bits(dw)) << where;

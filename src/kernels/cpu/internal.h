@@ -77,6 +77,24 @@ void split_rows(int64_t total, int64_t work_per_row, Body body) {
   }
 }
 
+// split_rows's chunks, but body(begin, end, chunk) is called once per
+// thread on its contiguous run of whole chunks (rows [begin, end), cut every
+// `chunk` rows), for a body that prepares something all its chunks read.
+// Each chunk is the same rows as under split_rows, whichever thread runs it.
+template <typename Body>
+void split_chunk_runs(int64_t total, int64_t work_per_row, Body body) {
+  const int64_t rows = chunk_rows(total);
+  const int64_t chunks = (total + rows - 1) / rows;
+  const int threads = num_threads();
+  const bool parallel = threads > 1 && chunks > 1 && total * work_per_row >= (1 << 18);
+  const int64_t runs = parallel ? std::min<int64_t>(threads, chunks) : 1;
+#pragma omp parallel for schedule(static) num_threads(threads) if (parallel)
+  for (int64_t t = 0; t < runs; ++t) {
+    const int64_t c0 = chunks * t / runs, c1 = chunks * (t + 1) / runs;
+    body(c0 * rows, std::min(total, c1 * rows), rows);
+  }
+}
+
 // The AVX-512 instantiation of the attention kernels (attention_avx512.cc),
 // for attention.cc to call when avx512_attention() holds: the CPU has
 // AVX-512F and REMAT_MAX_ISA does not cap it. Declared here, outside that

@@ -16,22 +16,14 @@ namespace remat::cpu {
 
 namespace {
 
-// Rows [r0, r1) of x [m, k] as fp32: in place, or widened into `scratch`.
-const float* rows_fp32(ActIn x, int64_t k, int64_t r0, int64_t r1, std::vector<float>& scratch) {
-  if (!x.bf16) return static_cast<const float*>(x.data) + r0 * k;
-  const bf16* src = static_cast<const bf16*>(x.data) + r0 * k;
-  float* wide = detail::grown(scratch, (r1 - r0) * k);
-  for (int64_t i = 0; i < (r1 - r0) * k; ++i) wide[i] = from_bf16(src[i]);
-  return wide;
-}
-
 // Rows of x per block that linear_act_backward widens for dw: 512 rows of
 // up to 768 columns stay in a core's L2 (1 MiB on Zen 5, 512 KiB on Zen 3
 // for the 256-column blocks of the debug models).
 constexpr int64_t kDwBlockRows = 512;
 
 // Rows [r0, r0 + rows) and columns [c0, c0 + cols) of x [., k] widened into
-// the calling thread's scratch, cols floats a row.
+// the calling thread's scratch, cols floats a row. The forward's chunk of x
+// and dw's blocks share it: a thread runs one of them at a time.
 const float* widened_block(const bf16* x, int64_t k, int64_t r0, int64_t rows, int64_t c0,
                            int64_t cols) {
   thread_local std::vector<float> scratch;
@@ -56,8 +48,9 @@ void linear_act_forward(ActIn x, const float* w, bool weight_in_out, int64_t m, 
   // y[m, n] = x[m, k] @ op(w): w is [n, k] (transposed) or [k, n] (in, out),
   // split over the rows of x as linear_forward / linear_in_out_forward.
   detail::split_rows(m, k * n, [&](int64_t r0, int64_t r1) {
-    thread_local std::vector<float> x32, y32;
-    const float* a = rows_fp32(x, k, r0, r1, x32);
+    thread_local std::vector<float> y32;
+    const float* a = x.bf16 ? widened_block(static_cast<const bf16*>(x.data), k, r0, r1 - r0, 0, k)
+                            : static_cast<const float*>(x.data) + r0 * k;
     float* c = static_cast<float*>(y.data) + r0 * n;
     if (y.bf16) {  // fp32 results for the chunk, rounded once into the output
       c = detail::grown(y32, (r1 - r0) * n);
@@ -106,13 +99,17 @@ void linear_act_backward(const float* dy, ActIn x, const float* w, bool weight_i
     });
   } else if (detail::chunk_rows(n) < n) {
     // dw[n, k] = dy^T @ x in chunks of dw's rows, as the fp32 linear cuts
-    // them; each reads every column of x.
-    detail::split_rows(n, m * k, [&](int64_t r0, int64_t r1) {
+    // them; each reads every column of x, so a thread widens a block once
+    // for its whole run of chunks (n = 768: two chunks a thread on two).
+    detail::split_chunk_runs(n, m * k, [&](int64_t r0, int64_t r1, int64_t chunk) {
       for (int64_t b0 = 0; b0 < m; b0 += kDwBlockRows) {
         const int64_t rows = std::min(kDwBlockRows, m - b0);
         const float* xs = widened_block(xb, k, b0, rows, 0, k);
-        gemm_fp32(true, false, r1 - r0, k, rows, dy + b0 * n + r0, n, xs, k, block_write(b0),
-                  dw + r0 * k, k);
+        for (int64_t c0 = r0; c0 < r1; c0 += chunk) {
+          const int64_t c1 = std::min(r1, c0 + chunk);
+          gemm_fp32(true, false, c1 - c0, k, rows, dy + b0 * n + c0, n, xs, k, block_write(b0),
+                    dw + c0 * k, k);
+        }
       }
     });
   } else {
