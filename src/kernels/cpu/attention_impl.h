@@ -587,12 +587,12 @@ struct AttentionKernel {
           // starts from +0 there.
           const bool dq_from_zero = fresh_dq && kg == 0;
           // dq's rows [M x D]: dqt itself, or dqt [D x Mp] transposed back
-          // in 8x8 blocks, so that the adds run along rows (a scalar gather
-          // down dqt's columns was a seventh of the item's own time in a
-          // profile at D = 16).
+          // (pack_transposed: 8x8 blocks in registers), so that the adds run
+          // along rows. A scalar gather down dqt's columns was a seventh of
+          // the item's own time in a profile at D = 16.
           const float* tile_rows = w.dqt;
           if (!dq_by_rows(D)) {
-            transpose_tile(w.dqt, D, qw.Mp, w.dqr);
+            pack_transposed(w.dqt, qw.Mp, D, qw.Mp, qw.Mp, D, w.dqr);
             tile_rows = w.dqr;
           }
           for (int64_t j = 0; j < qw.M; ++j) {

@@ -160,24 +160,6 @@ inline void transpose8x8(const float* src, int64_t ss, float* dst, int64_t ds) {
   _mm256_storeu_ps(dst + 7 * ds, _mm256_permute2f128_ps(u3, u7, 0x31));
 }
 
-// dst[j, i] = src[i, j] for the rows x cols tile src (row stride cols) into
-// dst (row stride rows), 8x8 blocks where whole.
-inline void transpose_tile(const float* src, int64_t rows, int64_t cols, float* dst) {
-  for (int64_t i0 = 0; i0 < rows; i0 += 8) {
-    const int64_t in = rows - i0 < 8 ? rows - i0 : 8;
-    for (int64_t j0 = 0; j0 < cols; j0 += 8) {
-      const int64_t jn = cols - j0 < 8 ? cols - j0 : 8;
-      if (in == 8 && jn == 8) {
-        transpose8x8(src + i0 * cols + j0, cols, dst + j0 * rows + i0, rows);
-      } else {
-        for (int64_t i = 0; i < in; ++i)
-          for (int64_t j = 0; j < jn; ++j)
-            dst[(j0 + j) * rows + i0 + i] = src[(i0 + i) * cols + j0 + j];
-      }
-    }
-  }
-}
-
 // dst[i, j] = src[j * src_stride + i] for i < d, j < rows; zero elsewhere in
 // the dp x np tile. Reads the source row by row (8x8 blocks), never down a
 // column: the source rows are heads * head_dim floats apart.
