@@ -63,7 +63,7 @@ def train(remat, precision, kernel, avx2, steps, tmp):
     return rows
 
 
-PAIRED = [("wide", WIDE, 8), ("llama3 debug", [
+PAIRED = [("wide", WIDE, 16), ("llama3 debug", [
     "--config", "configs/llama3_debug.toml", "--training.threads", "2",
     "--validation.enabled", "false"], 20)]
 

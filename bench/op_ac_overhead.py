@@ -22,12 +22,15 @@ from benchmarks_file import machine, markers, replace_section
 
 WIDE = ["--model.dim", "1024", "--model.n_layers", "8", "--model.n_heads", "16",
         "--model.n_kv_heads", "16", "--training.seq_len", "1024", "--training.local_batch_size", "2"]
-# (row name, arguments, timed pairs): the wide model's steps take ~10 s.
+# (row name, arguments, timed pairs). A pair's ratio scatters by about 8
+# points (interquartile) on a shared host, so the debug models, at 0.3 s a
+# step, take 100 pairs (the median's spread about a point, where 30 left
+# runs 2-3 points apart); the wide model's steps take ~10 s.
 MODELS = {
-    "llama3": ("llama3 debug (batch 8 x seq 256)", ["--config", "configs/llama3_debug.toml"], 30),
-    "llama4": ("llama4 debug (batch 8 x seq 256)", ["--config", "configs/llama4_debug.toml"], 30),
+    "llama3": ("llama3 debug (batch 8 x seq 256)", ["--config", "configs/llama3_debug.toml"], 100),
+    "llama4": ("llama4 debug (batch 8 x seq 256)", ["--config", "configs/llama4_debug.toml"], 100),
     "wide": ("wide (dim 1024, 8 layers, batch 2 x seq 1024)",
-             ["--config", "configs/llama3_debug.toml", *WIDE], 6),
+             ["--config", "configs/llama3_debug.toml", *WIDE], 10),
 }
 
 
