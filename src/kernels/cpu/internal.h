@@ -62,25 +62,12 @@ inline int64_t chunk_rows(int64_t total, int64_t target_chunks = 4) {
   return std::max(kMinRows, (rows + kAlign - 1) / kAlign * kAlign);
 }
 
-// Runs body(begin, end) on each fixed chunk of `total` rows, chunks spread
-// over the threads; small problems run their chunks on one thread.
-template <typename Body>
-void split_rows(int64_t total, int64_t work_per_row, Body body) {
-  const int64_t rows = chunk_rows(total);
-  const int64_t chunks = (total + rows - 1) / rows;
-  const int threads = num_threads();
-  const bool parallel = threads > 1 && chunks > 1 && total * work_per_row >= (1 << 18);
-#pragma omp parallel for schedule(static) num_threads(threads) if (parallel)
-  for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t begin = c * rows;
-    body(begin, std::min(total, begin + rows));
-  }
-}
-
-// split_rows's chunks, but body(begin, end, chunk) is called once per
-// thread on its contiguous run of whole chunks (rows [begin, end), cut every
-// `chunk` rows), for a body that prepares something all its chunks read.
-// Each chunk is the same rows as under split_rows, whichever thread runs it.
+// Fixed chunks of `total` rows (chunk_rows), shared out among the threads
+// as contiguous runs of whole chunks: body(begin, end, chunk) is called once
+// per thread on rows [begin, end), which it cuts every `chunk` rows. A body
+// that prepares something all its chunks read does it once per run. Small
+// problems run as one run on one thread. Each chunk is the same rows
+// whichever thread runs it.
 template <typename Body>
 void split_chunk_runs(int64_t total, int64_t work_per_row, Body body) {
   const int64_t rows = chunk_rows(total);
@@ -93,6 +80,15 @@ void split_chunk_runs(int64_t total, int64_t work_per_row, Body body) {
     const int64_t c0 = chunks * t / runs, c1 = chunks * (t + 1) / runs;
     body(c0 * rows, std::min(total, c1 * rows), rows);
   }
+}
+
+// Runs body(begin, end) on each fixed chunk of `total` rows, chunks spread
+// over the threads as split_chunk_runs shares them out.
+template <typename Body>
+void split_rows(int64_t total, int64_t work_per_row, Body body) {
+  split_chunk_runs(total, work_per_row, [&](int64_t begin, int64_t end, int64_t chunk) {
+    for (int64_t c0 = begin; c0 < end; c0 += chunk) body(c0, std::min(end, c0 + chunk));
+  });
 }
 
 // The AVX-512 instantiation of the attention kernels (attention_avx512.cc),
