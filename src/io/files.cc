@@ -21,15 +21,17 @@ namespace fs = std::filesystem;
 
 std::string in_quotes(const std::string& path) { return "'" + path + "'"; }
 
-// "a directory", "a character device", ...: what a non-regular file is.
+// "a regular file", "a directory", "a character device", ...: what stands
+// at a path (for a message that says why it is not the kind expected there).
 std::string kind_of(mode_t mode) {
+  if (S_ISREG(mode)) return "a regular file";
   if (S_ISDIR(mode)) return "a directory";
   if (S_ISLNK(mode)) return "a symbolic link";
   if (S_ISCHR(mode)) return "a character device";
   if (S_ISBLK(mode)) return "a block device";
   if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
   if (S_ISSOCK(mode)) return "a socket";
-  return "not a regular file";
+  return "neither a file nor a folder";
 }
 
 std::string parent_of(const std::string& path) {

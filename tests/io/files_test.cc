@@ -100,8 +100,10 @@ TEST_F(FilesTest, OutputChecksRefuseLinksDevicesFifosAndFolders) {
   // A regular file where a folder should be.
   e = error_of([&] { check_output_file(write("blocker", "") + "/sub/m.jsonl", "k"); });
   EXPECT_NE(e.find("expected a folder"), std::string::npos) << e;
+  EXPECT_NE(e.find("is a regular file, expected a folder"), std::string::npos) << e;
   e = error_of([&] { check_output_folder(path("blocker"), "job.dump_folder"); });
   EXPECT_NE(e.find("job.dump_folder"), std::string::npos) << e;
+  EXPECT_NE(e.find("is a regular file, expected a folder"), std::string::npos) << e;
   EXPECT_EQ(error_of([&] { check_output_folder(path("not/yet"), "k"); }), "");
   EXPECT_FALSE(fs::exists(path("not")));  // checking creates nothing
 }
