@@ -633,15 +633,40 @@ std::string trim(std::string_view s) {
   return std::string(s.substr(b, s.find_last_not_of(ws) - b + 1));
 }
 
-// Comma-separated names; "" is the empty list.
+// A TOML array of non-empty strings, as a config file writes a list.
+bool parse_string_array(const std::string& array, std::vector<std::string>& out) {
+  const std::string text = "list = " + array;
+  check_toml_lexically_safe(text, "the command line");
+  toml::table root;
+  try {
+    root = toml::parse(text);
+  } catch (const toml::parse_error&) {
+    return false;
+  }
+  const toml::array* items = root["list"].as_array();
+  if (items == nullptr) return false;
+  for (const toml::node& item : *items) {
+    const std::optional<std::string> name = item.value<std::string>();
+    if (!name || name->empty()) return false;
+    out.push_back(*name);
+  }
+  return true;
+}
+
+// Comma-separated names ("" is the empty list), or the TOML array a config
+// file holds (["a", "b"]). Cut at its commas, an array would become names
+// with brackets and quotes in them, which match no module: names never hold
+// those characters, so such an item is refused.
 bool parse_list(const std::string& s, std::vector<std::string>& out) {
   out.clear();
-  if (trim(s).empty()) return true;
+  const std::string text = trim(s);
+  if (text.empty()) return true;
+  if (text.front() == '[') return parse_string_array(text, out);
   size_t start = 0;
   while (true) {
-    size_t comma = s.find(',', start);
-    std::string item = trim(std::string_view(s).substr(start, comma - start));
-    if (item.empty()) return false;
+    size_t comma = text.find(',', start);
+    std::string item = trim(std::string_view(text).substr(start, comma - start));
+    if (item.empty() || item.find_first_of("[]\"'") != std::string::npos) return false;
     out.push_back(item);
     if (comma == std::string::npos) return true;
     start = comma + 1;
@@ -679,7 +704,10 @@ void assign_from_text(const Field& field, const std::string& value) {
       field.ref);
   if (!ok) {
     std::string expected = expectation(field.ref);
-    if (field.ref.index() == 4) expected = "expected a comma-separated list of names";
+    if (field.ref.index() == 4)
+      expected =
+          "expected a comma-separated list of names, or a TOML array of strings such as "
+          "[\"a\", \"b\"]";
     throw InputError("config error: " + field.name() + " = " + in_quotes(value) +
                      " on the command line: " + expected);
   }

@@ -259,6 +259,18 @@ TEST(Config, ListOverrideForms) {
       error_of_overrides({"--activation_checkpoint.per_op_sac_force_recompute_mm_by_fqns=a,,b"})
           .find("per_op_sac_force_recompute_mm_by_fqns"),
       std::string::npos);
+  // The config file's own form, a TOML array of strings, reads as the same
+  // list; cut at its commas it would have been names with brackets and
+  // quotes in them, which match no module.
+  EXPECT_EQ(list("[\"attention.wq\", \"feed_forward.w1\"]"),
+            (std::vector<std::string>{"attention.wq", "feed_forward.w1"}));
+  EXPECT_EQ(list(" [\"a\"] "), std::vector<std::string>{"a"});
+  EXPECT_TRUE(list("[]").empty());
+  for (const std::string bad : {"[1, 2]", "[", "[\"a\", \"\"]", "[\"a\"] x", "\"wq\"", "a]"}) {
+    const std::string e = error_of_overrides(
+        {"--activation_checkpoint.per_op_sac_force_recompute_mm_by_fqns=" + bad});
+    EXPECT_NE(e.find("or a TOML array of strings"), std::string::npos) << bad << ": " << e;
+  }
 }
 
 TEST(Config, LaterOverridesWinAndBareBoolIsTrue) {
