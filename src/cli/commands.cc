@@ -16,6 +16,7 @@
 #include "core/host_memory.h"
 #include "dist/comm.h"
 #include "io/config.h"
+#include "io/files.h"
 #include "io/tokenizer.h"
 #include "planner/pareto_output.h"
 #include "planner/plan_command.h"
@@ -98,6 +99,7 @@ int dispatch(int argc, char** argv, Communicator& comm) {
     config.model.tokenizer_path.clear();
   }
   resolve_tokenizer(config);
+  note_job_inputs(config);  // before planning, which may write a cost cache
   print_startup(config, notes);
   if (c.command == "train") return run_train(config, comm);  // ends the malloc warm-up itself
   end_malloc_warm_up();
@@ -140,6 +142,7 @@ int run_cli(int argc, char** argv) {
     if (comm.rank() > 0 && !std::freopen("/dev/null", "w", stdout))
       throw std::runtime_error("cannot silence stdout on rank " + std::to_string(comm.rank()));
     try {
+      const ProtectedInputs inputs;  // no output of the command replaces a file it read
       return dispatch(argc, argv, comm);
     } catch (const InputsRejected&) {
       return 2;  // the rank that saw the bad input printed it

@@ -979,6 +979,24 @@ std::string format_job_config(const JobConfig& config) {
   return out;
 }
 
+void note_job_inputs(const JobConfig& config) {
+  auto note = [](const std::string& path, const std::string& what) {
+    if (!path.empty()) note_input(path, what);
+  };
+  note(config.training.dataset_path, "dataset (training.dataset_path)");
+  note(config.validation.dataset, "validation dataset (validation.dataset)");
+  note(config.model.tokenizer_path, "tokenizer file (model.tokenizer_path)");
+  if (config.model.tokenizer != "byte")
+    note(config.model.tokenizer, "tokenizer file (model.tokenizer)");
+  note(config.checkpoint.load, "checkpoint (checkpoint.load)");
+  std::error_code ec;
+  if (!config.checkpoint.load.empty() &&
+      std::filesystem::is_directory(config.checkpoint.load, ec)) {
+    for (const auto& entry : std::filesystem::directory_iterator(config.checkpoint.load, ec))
+      note(entry.path().string(), "checkpoint file (checkpoint.load)");
+  }
+}
+
 JobConfig load_job_config(const std::string& path, const std::vector<std::string>& overrides) {
   std::string text;
   try {

@@ -167,6 +167,14 @@ std::string format_job_config(const JobConfig& config);
 // then validates ranges. Returns the config.
 JobConfig load_job_config(const std::string& path, const std::vector<std::string>& overrides);
 
+// Records the files the job names as inputs (files.h ProtectedInputs):
+// training.dataset_path, validation.dataset, the tokenizer file and
+// checkpoint.load (a sharded step folder's files). Call before any output
+// is written: a measured-cost calibration writes its cache
+// (activation_checkpoint.cost_cache) while planning, before the dataset is
+// read, and named the same, it replaced the dataset.
+void note_job_inputs(const JobConfig& config);
+
 // The largest training.threads accepted: 4 x the cores, at most 1024 (an
 // OpenMP pool of 100000 threads overflows the stack rather than failing).
 int64_t max_training_threads();

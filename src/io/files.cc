@@ -7,8 +7,11 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
+#include <optional>
 #include <system_error>
 #include <utility>
+#include <vector>
 
 #include "core/error.h"
 #include "core/progress.h"
@@ -70,11 +73,53 @@ void check_writable_folder(const std::string& folder, const std::string& key,
                      std::strerror(errno) + ")");
 }
 
+// The files read (InputUse::kInput) while a ProtectedInputs scope is open,
+// by identity; `scopes` counts the open ones.
+struct InputFile {
+  dev_t device;
+  ino_t inode;
+  std::string path, what;
+};
+std::mutex inputs_mutex;
+int scopes = 0;
+std::vector<InputFile>& inputs() {
+  static std::vector<InputFile> files;
+  return files;
+}
+
+void note_input_identity(const struct stat& st, const std::string& path, const std::string& what) {
+  const std::lock_guard<std::mutex> lock(inputs_mutex);
+  if (scopes == 0) return;
+  for (const InputFile& f : inputs())
+    if (f.device == st.st_dev && f.inode == st.st_ino && f.path == path) return;
+  inputs().push_back({st.st_dev, st.st_ino, path, what});
+}
+
+// The input `st` is, if any. An input counts while its own path still names
+// it: once deleted, its inode number may be reused by an unrelated new file.
+std::optional<InputFile> input_with_identity(const struct stat& st) {
+  const std::lock_guard<std::mutex> lock(inputs_mutex);
+  for (const InputFile& f : inputs()) {
+    struct stat now;
+    if (f.device == st.st_dev && f.inode == st.st_ino && ::stat(f.path.c_str(), &now) == 0 &&
+        now.st_dev == f.device && now.st_ino == f.inode)
+      return f;
+  }
+  return std::nullopt;
+}
+
 // A path that exists must be a regular file, not a link to one: a rename
-// over it would replace the link, or a device such as /dev/null.
+// over it would replace the link, or a device such as /dev/null. Nor may it
+// be a file this run reads (InputUse).
 void check_replaceable(const std::string& path, const std::string& key) {
   struct stat st;
   if (::lstat(path.c_str(), &st) != 0) return;  // absent: fine
+  if (const std::optional<InputFile> input = input_with_identity(st)) {
+    const std::string same =
+        input->path == path ? "" : " (the same file as " + in_quotes(input->path) + ")";
+    throw InputError(key + ": " + in_quotes(path) + " is the " + input->what + " this run reads" +
+                     same + "; writing it would destroy it (expected another file name)");
+  }
   if (S_ISREG(st.st_mode)) return;
   std::string why = S_ISLNK(st.st_mode)
                         ? "; remat does not write through links (give the link's target instead)"
@@ -93,7 +138,7 @@ void fsync_folder(const std::string& folder) {
 }  // namespace
 
 std::string read_regular_file(const std::string& path, const std::string& what,
-                              const std::string& expected, int64_t max_bytes) {
+                              const std::string& expected, int64_t max_bytes, InputUse use) {
   const std::string prefix = "cannot read " + what + " " + in_quotes(path) + ": ";
   // O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused below.
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
@@ -107,6 +152,7 @@ std::string read_regular_file(const std::string& path, const std::string& what,
     ::close(fd);
     throw InputError(prefix + "is " + kind + ", expected " + expected);
   }
+  if (use == InputUse::kInput) note_input_identity(st, path, what);
   std::string text;
   char buffer[1 << 16];
   Progress progress("reading " + path, static_cast<int64_t>(st.st_size), ProgressUnit::kBytes);
@@ -129,6 +175,21 @@ std::string read_regular_file(const std::string& path, const std::string& what,
   }
   ::close(fd);
   return text;
+}
+
+ProtectedInputs::ProtectedInputs() {
+  const std::lock_guard<std::mutex> lock(inputs_mutex);
+  ++scopes;
+}
+
+ProtectedInputs::~ProtectedInputs() {
+  const std::lock_guard<std::mutex> lock(inputs_mutex);
+  if (--scopes == 0) inputs().clear();
+}
+
+void note_input(const std::string& path, const std::string& what) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) note_input_identity(st, path, what);
 }
 
 void check_output_file(const std::string& path, const std::string& key) {
@@ -159,9 +220,9 @@ AtomicFile::AtomicFile(const std::string& path, const std::string& key, bool mak
                        const std::string& tag)
     : path_(path), tmp_(path + (tag.empty() ? "" : "." + tag) + ".tmp"), key_(key) {
   check_replaceable(path_, key_);
+  check_replaceable(tmp_, key_);  // before a stale one is removed: it may be an input
   if (make_folders) create_folders(parent_of(path_), key_);
   remove_stale_temporary(tmp_.substr(0, tmp_.size() - 4));
-  check_replaceable(tmp_, key_);
   // O_EXCL | O_NOFOLLOW: never write through something planted at the name.
   fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd_ < 0)

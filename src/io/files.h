@@ -18,13 +18,40 @@
 
 namespace remat {
 
+// How a run uses a file it reads. While a ProtectedInputs scope is open, an
+// input is never written: every output check below (check_output_file,
+// AtomicFile, LineLog) refuses a path that is, or whose temporary is, a file
+// read in the scope, however it is spelled (the same device and inode), so
+// `--metrics.jsonl_path` naming the config file, or `tokenizer train
+// --output` naming its `--input`, fails with exit 2 instead of destroying
+// it. kRewritten: a file the run reads and then replaces on purpose (a
+// cache), not protected.
+enum class InputUse { kInput, kRewritten };
+
+// The span of one command (the CLI opens one around each): the inputs read
+// while it is open are protected, and forgotten when it closes. Scopes nest;
+// the outermost one holds the record. Without one nothing is recorded, so a
+// process that runs many jobs (tests) may write a file an earlier job read.
+class ProtectedInputs {
+ public:
+  ProtectedInputs();
+  ~ProtectedInputs();
+  ProtectedInputs(const ProtectedInputs&) = delete;
+  ProtectedInputs& operator=(const ProtectedInputs&) = delete;
+};
+
 // The whole content of a regular file, at most `max_bytes` long. `what`
 // names the file for messages ("config file"), `expected` says what it
 // should be ("a TOML file"). Devices, FIFOs, sockets, directories, read
 // errors and larger files are InputError. Opening never blocks (a FIFO is
 // detected, not waited on).
 std::string read_regular_file(const std::string& path, const std::string& what,
-                              const std::string& expected, int64_t max_bytes);
+                              const std::string& expected, int64_t max_bytes,
+                              InputUse use = InputUse::kInput);
+
+// Records `path` (an existing file) as an input, for readers that open files
+// themselves (.npy, .safetensors). `what` names it for messages.
+void note_input(const std::string& path, const std::string& what);
 
 // Checks, without creating anything, that `path` can later be written by
 // AtomicFile: it is absent or a regular file (not a link, device, FIFO or

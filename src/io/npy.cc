@@ -188,6 +188,7 @@ std::ifstream open_token_file(const std::string& path, int64_t* file_size) {
     fail(path, "is not a regular file (a device, FIFO or socket), expected a .npy token file");
   std::ifstream in(path, std::ios::binary);
   if (!in) fail(path, std::string("cannot open: ") + std::strerror(errno));
+  note_input(path, ".npy token file");
   *file_size = static_cast<int64_t>(fs::file_size(path, ec));
   return in;
 }

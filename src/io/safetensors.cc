@@ -136,6 +136,7 @@ json read_header(const std::string& path, uint64_t* file_size, uint64_t* header_
 
   std::ifstream in(path, std::ios::binary);
   if (!in) fail(path, "cannot open for reading");
+  note_input(path, "safetensors file");
   if (*file_size < 8)
     fail(path,
          "is " + std::to_string(*file_size) +

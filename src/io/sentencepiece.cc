@@ -49,7 +49,6 @@ void check_train_options(const SentencePieceTrainOptions& o) {
   if (o.model_type != "bpe" && o.model_type != "unigram")
     throw InputError("tokenizer train: --model_type " + o.model_type +
                      ": expected \"bpe\" or \"unigram\"");
-  check_output_file(o.output, "--output");
 }
 
 }  // namespace
@@ -108,6 +107,9 @@ void train_sentencepiece(const SentencePieceTrainOptions& options) {
                                              "a text file to train on", kMaxTrainingTextBytes);
   if (text.find_first_not_of(" \t\r\n") == std::string::npos)
     throw InputError("tokenizer train: --input '" + options.input + "' holds no text");
+  // After the read, so that --output naming the --input is refused here,
+  // before training, and not only when the model is written.
+  check_output_file(options.output, "--output");
   const std::unordered_map<std::string, std::string> spec = {
       {"vocab_size", std::to_string(options.vocab_size)},
       {"model_type", options.model_type},

@@ -64,8 +64,8 @@ std::map<std::string, double> read_cache(const std::string& path, const std::str
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec)) return times;
   try {
-    const nlohmann::json j = nlohmann::json::parse(
-        read_regular_file(path, "op time cache", "a JSON file written by remat", 1 << 24));
+    const nlohmann::json j = nlohmann::json::parse(read_regular_file(
+        path, "op time cache", "a JSON file written by remat", 1 << 24, InputUse::kRewritten));
     if (j.value("machine", "") != machine) return times;
     for (const auto& [sig, seconds] : j.at("ops").items()) {
       if (seconds.is_number() && seconds.get<double>() >= 0) times[sig] = seconds.get<double>();

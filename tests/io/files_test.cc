@@ -234,5 +234,63 @@ TEST_F(FilesTest, LineLogTruncatesOrAppendsAndRefusesNonRegularFiles) {
             std::string::npos);
 }
 
+// A file the process has read is never an output: not by its name, another
+// spelling, a hard link, nor as the temporary an atomic write would first
+// remove. Each refusal leaves its content as it was.
+TEST_F(FilesTest, OutputsNeverReplaceAFileTheProcessRead) {
+  const ProtectedInputs scope;  // as the CLI opens around a command
+  const std::string input = write("job.toml", "[training]\nsteps = 1\n");
+  read_regular_file(input, "config file", "a TOML file", 1 << 20);
+  fs::create_hard_link(input, path("link.toml"));
+  const std::string dotted = (dir_ / "." / "job.toml").string();
+  for (const std::string& out : {input, dotted, path("link.toml")}) {
+    const std::string e = error_of([&] { check_output_file(out, "metrics.jsonl_path"); });
+    EXPECT_NE(e.find("metrics.jsonl_path: '" + out + "' is the config file this run reads"),
+              std::string::npos)
+        << e;
+    EXPECT_NE(error_of([&] { AtomicFile f(out, "k"); }).find("this run reads"), std::string::npos);
+    EXPECT_NE(error_of([&] { LineLog log(out, "k", /*append=*/false); }).find("this run reads"),
+              std::string::npos);
+  }
+  EXPECT_NE(error_of([&] { check_output_file(dotted, "k"); }).find("the same file as '" + input),
+            std::string::npos);
+  // Its temporary: AtomicFile("job") would remove a stale "job.tmp" first.
+  fs::rename(path("link.toml"), path("job.tmp"));
+  EXPECT_NE(error_of([&] { check_output_file(path("job"), "k"); }).find("this run reads"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { AtomicFile f(path("job"), "k"); }).find("this run reads"),
+            std::string::npos);
+  EXPECT_EQ(read(input), "[training]\nsteps = 1\n");
+  EXPECT_TRUE(fs::exists(path("job.tmp")));
+  // Another file is an output as before; so is one read as kRewritten (a
+  // cache the run rewrites on purpose) or recorded by note_input.
+  EXPECT_EQ(error_of([&] { check_output_file(path("metrics.jsonl"), "k"); }), "");
+  const std::string cache = write("cache.json", "{}");
+  read_regular_file(cache, "op time cache", "JSON", 1 << 20, InputUse::kRewritten);
+  EXPECT_EQ(error_of([&] { check_output_file(cache, "k"); }), "");
+  const std::string tokens = write("tokens.npy", "x");
+  note_input(tokens, ".npy token file");
+  EXPECT_NE(error_of([&] { check_output_file(tokens, "--out"); }).find(".npy token file"),
+            std::string::npos);
+}
+
+// The record lives as long as the outermost scope: a process running many
+// jobs (these tests) may write a file an earlier job read.
+TEST_F(FilesTest, InputsAreProtectedOnlyWithinTheirScope) {
+  const std::string input = write("data.txt", "text");
+  read_regular_file(input, "dataset file", "text", 1 << 20);  // no scope: not recorded
+  EXPECT_EQ(error_of([&] { check_output_file(input, "k"); }), "");
+  {
+    const ProtectedInputs outer;
+    {
+      const ProtectedInputs inner;
+      read_regular_file(input, "dataset file", "text", 1 << 20);
+    }
+    EXPECT_NE(error_of([&] { check_output_file(input, "k"); }).find("is the dataset file"),
+              std::string::npos);
+  }
+  EXPECT_EQ(error_of([&] { check_output_file(input, "k"); }), "");
+}
+
 }  // namespace
 }  // namespace remat

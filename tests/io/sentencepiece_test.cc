@@ -5,11 +5,13 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
 #include "io/dataset.h"
+#include "io/files.h"
 #include "io/tokenizer.h"
 
 namespace remat {
@@ -125,6 +127,30 @@ TEST_F(SentencePieceTest, BadFilesAndOptions) {
   e = error_of([&] { train_sentencepiece(o); });
   EXPECT_NE(e.find("none.txt"), std::string::npos) << e;
   EXPECT_FALSE(fs::exists(o.output));
+}
+
+// --output naming the --input (however spelled) would replace the text the
+// tokenizer was trained on with the model: refused, the text left as it was.
+TEST_F(SentencePieceTest, OutputNeverReplacesTheInput) {
+  const ProtectedInputs scope;  // as the CLI opens around a command
+  const std::string input = (dir_ / "train.txt").string();
+  std::ifstream in(input, std::ios::binary);
+  const std::string before((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  SentencePieceTrainOptions o;
+  o.input = input;
+  o.vocab_size = 100;
+  fs::create_hard_link(input, dir_ / "same.txt");
+  for (const std::string& output :
+       {input, (dir_ / "." / "train.txt").string(), (dir_ / "same.txt").string()}) {
+    o.output = output;
+    const std::string e = error_of([&] { train_sentencepiece(o); });
+    EXPECT_NE(e.find("is the tokenizer train --input this run reads"), std::string::npos)
+        << output << ": " << e;
+    std::ifstream after_in(input, std::ios::binary);
+    const std::string after((std::istreambuf_iterator<char>(after_in)),
+                            std::istreambuf_iterator<char>());
+    EXPECT_EQ(after, before) << output;
+  }
 }
 
 }  // namespace
