@@ -1,15 +1,12 @@
 #include "planner/pareto_output.h"
 
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "core/error.h"
+#include "io/files.h"
 #include "planner/svg_text.h"
 
 namespace remat {
@@ -140,15 +137,7 @@ void check_pareto_path(const std::string& path) {
   if (!ends_with(path, ".svg") && !ends_with(path, ".csv") && !ends_with(path, ".json")) {
     throw InputError("--pareto " + path + ": expected a file name ending in .svg, .csv or .json");
   }
-  struct stat st {};
-  if (lstat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
-    throw InputError("--pareto " + path +
-                     ": exists and is not a regular file; refusing to replace it");
-  }
-  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
-  if (!parent.empty() && !std::filesystem::is_directory(parent)) {
-    throw InputError("--pareto " + path + ": folder " + parent.string() + " does not exist");
-  }
+  check_output_file(path, "--pareto");
 }
 
 void write_pareto(const std::string& path, const std::vector<BudgetChoice>& front,
@@ -163,17 +152,9 @@ void write_pareto(const std::string& path, const std::vector<BudgetChoice>& fron
   } else {
     text = to_svg(front, marks, budget, axis, title);
   }
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << text;
-    out.flush();
-    if (!out) {
-      std::filesystem::remove(tmp);
-      throw InputError("--pareto " + path + ": cannot write " + tmp);
-    }
-  }
-  std::filesystem::rename(tmp, path);
+  AtomicFile out(path, "--pareto");
+  out.write(text.data(), static_cast<int64_t>(text.size()));
+  out.commit();
 }
 
 }  // namespace remat

@@ -25,11 +25,13 @@ struct ParetoAxis {
   std::string whole_name;  // "model FLOPs", "a step without recompute"
 };
 
-// InputError unless the path ends in .svg, .csv or .json.
+// InputError unless the path ends in .svg, .csv or .json and is a file
+// remat may write (io/files.h check_output_file: not a link, device or
+// folder, nor a file the command reads).
 void check_pareto_path(const std::string& path);
 
-// Writes through a temporary file and a rename; refuses to replace anything
-// that is not a regular file. `budget` (0: none) is marked; recompute is
+// Writes atomically (io/files.h AtomicFile: a temporary created afresh,
+// never through a link, then renamed into place). `budget` (0: none) is marked; recompute is
 // also shown as a share of `axis.whole`. The front's costs are in the
 // axis's unit (the cost model the problem was built with).
 void write_pareto(const std::string& path, const std::vector<BudgetChoice>& front,

@@ -80,5 +80,20 @@ def main():
         assert not (tmp / "f.png").exists()
         print("ok: --pareto f.png exits 2 and writes nothing")
 
+        # A link planted at the temporary's name is never written through, and
+        # the front never replaces a file the command reads.
+        precious = tmp / "precious.txt"
+        precious.write_text("precious\n")
+        (tmp / "g.svg.tmp").symlink_to(precious)
+        bad = plan(tmp / "g.svg", check=False)
+        assert bad.returncode == 2 and "symbolic link" in bad.stderr, (bad.returncode, bad.stderr)
+        assert precious.read_text() == "precious\n" and not (tmp / "g.svg").exists()
+        data_file = tmp / "d.json"
+        data_file.write_text("a line of training text\n" * 100)
+        bad = plan(data_file, check=False, extra=["--training.dataset_path", str(data_file)])
+        assert bad.returncode == 2 and "this run reads" in bad.stderr, (bad.returncode, bad.stderr)
+        assert data_file.read_text() == "a line of training text\n" * 100
+        print("ok: --pareto never writes through a link or over an input")
+
 
 main()
