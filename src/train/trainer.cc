@@ -82,16 +82,38 @@ std::string checkpoint_path(const JobConfig& config, int64_t step, bool sharded)
       .string();
 }
 
+// Whether `path` is a name a checkpoint save in `folder` takes or passes
+// through: step-N.safetensors, the sharded step folder step-N, or their
+// temporaries (step-N.safetensors.tmp, step-N.<tag>.tmp).
+bool checkpoint_name_in(const std::string& path, const std::string& folder) {
+  namespace fs = std::filesystem;
+  std::error_code ec1, ec2;
+  const fs::path p = fs::weakly_canonical(fs::absolute(fs::path(path), ec1), ec1);
+  const fs::path f = fs::weakly_canonical(fs::absolute(fs::path(folder), ec2), ec2);
+  if (ec1 || ec2 || p.parent_path() != f) return false;
+  const std::string name = p.filename().string();
+  if (name.rfind("step-", 0) != 0) return false;
+  size_t i = 5;
+  while (i < name.size() && name[i] >= '0' && name[i] <= '9') ++i;
+  return i > 5 && (i == name.size() || name[i] == '.');
+}
+
 // Every place the run will write is checked before training starts, so an
 // unwritable folder or a metrics path naming a device fails in a second
 // (exit 2), not after hours of training. Nothing is created here.
 void check_output_places(const JobConfig& config, bool writes_checkpoints) {
-  if (!config.metrics.jsonl_path.empty())
-    check_output_file(config.metrics.jsonl_path, "metrics.jsonl_path");
+  const std::string& metrics = config.metrics.jsonl_path;
+  if (!metrics.empty()) check_output_file(metrics, "metrics.jsonl_path");
   if (config.profiling.enable_memory_snapshot) check_memory_snapshot_folder(config);
   if (writes_checkpoints) {
     check_output_folder(config.job.dump_folder, "job.dump_folder");
     check_output_folder(checkpoint_folder(config), "checkpoint.folder");
+    // A save would rename a checkpoint over the open metrics file, whose
+    // later lines would go to a file no longer in any folder.
+    if (!metrics.empty() && checkpoint_name_in(metrics, checkpoint_folder(config)))
+      throw InputError("metrics.jsonl_path: '" + metrics + "' is a name the checkpoints in '" +
+                       checkpoint_folder(config) +
+                       "' take (step-N.safetensors, step-N/); expected another file name");
   }
   if (config.profiling.enable_profiling) {
     check_output_folder(config.job.dump_folder, "job.dump_folder");
