@@ -106,6 +106,7 @@ std::vector<Field> fields_of(JobConfig& c) {
       REMAT_FIELD(model, interleave_moe_layer_step),
       REMAT_FIELD(model, score_func),
       REMAT_FIELD(training, local_batch_size),
+      REMAT_FIELD(training, global_batch_size),
       REMAT_FIELD(training, seq_len),
       REMAT_FIELD(training, steps),
       REMAT_FIELD(training, max_norm),
@@ -832,6 +833,12 @@ void validate_model_and_training(const JobConfig& c, Validator& v) {
   v.require(t.seq_len <= kMaxTokenDim, "training.seq_len", "an integer <= 16777216 (2^24)");
   v.require(t.local_batch_size <= kMaxTokenDim, "training.local_batch_size",
             "an integer <= 16777216 (2^24)");
+  // Whether it divides by local_batch_size x the ranks is checked where the
+  // ranks are known (gradient_accumulation_steps, train/data_parallel.h).
+  v.require(
+      t.global_batch_size == -1 || (t.global_batch_size > 0 && t.global_batch_size <= kMaxTokenDim),
+      "training.global_batch_size",
+      "-1 (local_batch_size x data-parallel ranks) or an integer in [1, 16777216 (2^24)]");
   const int64_t max_threads = max_training_threads();
   v.require(t.threads <= max_threads, "training.threads",
             "an integer in [0, " + std::to_string(max_threads) +

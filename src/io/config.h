@@ -53,6 +53,10 @@ struct JobConfig {
   } model;
   struct Training {
     int64_t local_batch_size = 8;
+    // torchtitan's: the sequences of one optimizer step over all ranks. -1:
+    // local_batch_size x data-parallel ranks. A multiple of that accumulates
+    // gradients over global / (local x ranks) microbatches per step.
+    int64_t global_batch_size = -1;
     int64_t seq_len = 2048;
     int64_t steps = 10;  // >= 0; 0 builds and reports only
     double max_norm = 1.0;

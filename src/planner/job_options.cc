@@ -1,6 +1,8 @@
 #include "planner/job_options.h"
 
 #include <charconv>
+#include <cstdint>
+#include <string>
 
 #include "core/error.h"
 #include "core/host_memory.h"
@@ -62,6 +64,30 @@ PlannerOptions planner_options_from_config(const JobConfig& config) {
   o.bf16_compute = config.training.mixed_precision_param == "bfloat16";
   o.device_memory = memory_limit_bytes(config);
   return o;
+}
+
+int64_t data_parallel_ranks(const JobConfig& config) {
+  const auto& p = config.parallelism;
+  int64_t ranks = 0;
+  if (__builtin_mul_overflow(p.data_parallel_replicate_degree, p.data_parallel_shard_degree,
+                             &ranks))
+    return INT64_MAX;
+  return ranks;
+}
+
+int64_t gradient_accumulation_steps(const JobConfig& config, int64_t ranks) {
+  const auto& t = config.training;
+  if (t.global_batch_size == -1) return 1;
+  int64_t per_pass = 0;
+  // Past int64 it exceeds any global_batch_size (at most 2^24): no multiple.
+  if (__builtin_mul_overflow(t.local_batch_size, ranks, &per_pass)) per_pass = INT64_MAX;
+  if (t.global_batch_size % per_pass == 0) return t.global_batch_size / per_pass;
+  throw InputError("training.global_batch_size = " + std::to_string(t.global_batch_size) +
+                   ": expected -1 or a multiple of training.local_batch_size x data-parallel "
+                   "ranks = " +
+                   std::to_string(t.local_batch_size) + " x " + std::to_string(ranks) + " = " +
+                   std::to_string(per_pass) + " (each step accumulates the gradients of " +
+                   "global / " + std::to_string(per_pass) + " microbatches)");
 }
 
 }  // namespace remat

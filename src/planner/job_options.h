@@ -24,4 +24,15 @@ int64_t available_memory(const JobConfig& config);
 // Compute dtype, sharding and device memory (memory.limit) of the run.
 PlannerOptions planner_options_from_config(const JobConfig& config);
 
+// Microbatches per optimizer step (gradient accumulation, as torchtitan's
+// training.global_batch_size asks): global_batch_size / (local_batch_size x
+// ranks), 1 when global_batch_size is -1. InputError, naming the sizes,
+// when it does not divide. Memory is one microbatch's whatever the count:
+// the gradients are accumulated in their own buffers.
+int64_t gradient_accumulation_steps(const JobConfig& config, int64_t ranks);
+
+// The ranks the [parallelism] degrees describe (replicate x shard), which
+// `remat plan` models without mpirun; saturated at INT64_MAX.
+int64_t data_parallel_ranks(const JobConfig& config);
+
 }  // namespace remat

@@ -288,6 +288,7 @@ void print_json(const PlanReport& r, const JobConfig& config, const PlanCommandO
                 {"embedding_params", s.embedding_params},
                 {"flops_per_token", model_flops_per_token(s, t.seq_len)}};
   j["run"] = {{"local_batch_size", t.local_batch_size},
+              {"microbatches", gradient_accumulation_steps(config, data_parallel_ranks(config))},
               {"seq_len", t.seq_len},
               {"data_parallel_shard_degree", r.planner.shard_degree},
               {"compute_dtype", r.planner.bf16_compute ? "bfloat16" : "float32"},
@@ -336,6 +337,14 @@ void print_text(const PlanReport& r, const JobConfig& config, const PlanCommandO
               s.family.c_str(), s.flavor.c_str(), with_thousands(s.params).c_str(),
               static_cast<long long>(config.training.local_batch_size),
               static_cast<long long>(config.training.seq_len));
+  const int64_t microbatches = gradient_accumulation_steps(config, data_parallel_ranks(config));
+  if (microbatches > 1) {
+    std::printf(
+        "  gradient accumulation: %lld microbatches per step (training.global_batch_size %lld); "
+        "the figures are one microbatch's, which every microbatch repeats\n",
+        static_cast<long long>(microbatches),
+        static_cast<long long>(config.training.global_batch_size));
+  }
   std::printf(
       "  compute %s (master weights, gradients, optimizer state fp32), "
       "sharded over %lld ranks%s%s\n",
@@ -383,6 +392,8 @@ int run_plan(JobConfig config, const PlanCommandOptions& options) {
     }
     if (config.memory.limit.empty()) config.memory.limit = "80GiB";
   }
+  // A global batch the modelled ranks cannot split is refused before planning.
+  gradient_accumulation_steps(config, data_parallel_ranks(config));
   if (options.maximize_throughput) {
     return run_maximize_throughput(config, planner_options_from_config(config), options.json);
   }

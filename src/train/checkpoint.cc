@@ -189,6 +189,7 @@ std::map<std::string, std::string> RunRecord::metadata() const {
   put("data.windows", windows);
   put("data.next_window", next_window);
   put("data.ranks", ranks);
+  put("data.microbatches", microbatches);
   return m;
 }
 
@@ -202,6 +203,7 @@ RunRecord RunRecord::read(const std::map<std::string, std::string>& metadata,
   r.windows = get("data.windows");
   r.next_window = get("data.next_window");
   r.ranks = get("data.ranks");
+  r.microbatches = get("data.microbatches");
   return r;
 }
 

@@ -59,6 +59,9 @@ struct RunRecord {
   int64_t windows = -1;           // "data.windows": seq_len + 1 token windows in its dataset
   int64_t next_window = -1;       // "data.next_window": where the next batch would start
   int64_t ranks = -1;             // "data.ranks": the data-parallel ranks sharing each batch
+  // "data.microbatches": batches of ranks x local_batch_size per optimizer
+  // step (gradient accumulation; absent from checkpoints before it: 1).
+  int64_t microbatches = -1;
 
   std::map<std::string, std::string> metadata() const;
   // InputError naming `path` and the key unless each present value is a

@@ -6,6 +6,7 @@
 
 #include "core/checksum.h"
 #include "core/error.h"
+#include "planner/job_options.h"
 #include "train/load_balance.h"
 
 namespace remat {
@@ -30,6 +31,15 @@ void check_sharded_run(const JobConfig& config) {
   if (config.checkpoint.create_seed_checkpoint)
     refuse("checkpoint.create_seed_checkpoint = true",
            "false (create the seed checkpoint in one process, without mpirun)");
+  // Its gradient buffers are the reduce-scatter's own, rebuilt every pass
+  // (runtime/executor.h: a ParamSource cannot accumulate).
+  const int64_t ranks = data_parallel_ranks(config);
+  if (gradient_accumulation_steps(config, ranks) > 1)
+    throw InputError(degree + " with training.global_batch_size = " +
+                     std::to_string(config.training.global_batch_size) +
+                     " (gradient accumulation) is not built yet: sharded training runs one "
+                     "microbatch per step; expected -1 or local_batch_size x ranks = " +
+                     std::to_string(config.training.local_batch_size * ranks));
 }
 
 }  // namespace
@@ -49,7 +59,10 @@ void check_data_parallel_degrees(const JobConfig& config, const Communicator& co
       hsdp             ? "parallelism.data_parallel_replicate_degree x data_parallel_shard_degree"
       : shards(config) ? "parallelism.data_parallel_shard_degree"
                        : "parallelism.data_parallel_replicate_degree";
-  if (degree == comm.size()) return;
+  if (degree == comm.size()) {
+    gradient_accumulation_steps(config, comm.size());
+    return;
+  }
   const std::string ranks =
       comm.launched_by_mpi()
           ? std::to_string(comm.size()) + " ranks (mpirun -np " + std::to_string(comm.size()) + ")"

@@ -27,6 +27,7 @@
 #include "kernels/cpu/bf16.h"
 #include "kernels/cpu/gemm_fp32.h"
 #include "kernels/cpu/kernels.h"
+#include "planner/job_options.h"
 #include "planner/plan_command.h"
 #include "planner/setup.h"
 #include "runtime/shard_layout.h"
@@ -176,6 +177,7 @@ void warn_resharded(const RunRecord& saved, int64_t local, int ranks, int64_t st
 int64_t resume_data_position(const JobConfig& config, const RunRecord& saved, int64_t start_step,
                              int64_t windows, int ranks) {
   const auto& t = config.training;
+  const int64_t microbatches = gradient_accumulation_steps(config, ranks);
   auto warn = [](const std::string& text) { std::printf("warning: %s\n", text.c_str()); };
   const std::string from =
       "the checkpoint (step " + std::to_string(start_step) + ") was saved by a run with ";
@@ -193,6 +195,12 @@ int64_t resume_data_position(const JobConfig& config, const RunRecord& saved, in
          (saved.next_window >= 0 && saved.seq_len == t.seq_len
               ? " (the data continues where that run stopped)"
               : ""));
+  // A checkpoint from before accumulation existed ran one microbatch a step.
+  const int64_t saved_microbatches = saved.microbatches >= 0 ? saved.microbatches : 1;
+  if (saved_microbatches != microbatches)
+    warn(from + std::to_string(saved_microbatches) +
+         " microbatches per step (training.global_batch_size), this run has " +
+         std::to_string(microbatches) + ": steps from here on see a different number of tokens");
   if (saved.seq_len >= 0 && saved.seq_len != t.seq_len)
     warn(from + "training.seq_len = " + std::to_string(saved.seq_len) + ", this run has " +
          std::to_string(t.seq_len) +
@@ -207,8 +215,11 @@ int64_t resume_data_position(const JobConfig& config, const RunRecord& saved, in
          " (another dataset?): the data continues at that run's next window mod " +
          std::to_string(windows));
   if (saved.next_window >= 0 && saved.seq_len == t.seq_len) return saved.next_window % windows;
-  // (step x batch) mod windows, without forming the product of two large numbers.
-  return (start_step % windows) * (t.local_batch_size % windows) % windows;
+  // (step x batch) mod windows, the batch being every window a step reads
+  // (ranks x local_batch_size x microbatches, each at most 2^24), without
+  // forming the product of two large numbers.
+  const int64_t batch = t.local_batch_size * ranks % windows * microbatches % windows;
+  return (start_step % windows) * batch % windows;
 }
 
 void print_model(const ModelSummary& s, const Program& program) {
@@ -362,7 +373,7 @@ class Trainer {
 
  private:
   bool train_step(int64_t step);
-  double run_executor(int64_t step, const Batch& batch);
+  double run_executor(int64_t step, int64_t microbatch, const Batch& batch);
   void update(int64_t step, float grad_scale);
   void write_snapshot(int64_t step) const;
   bool saved_by_snapshots(int64_t step) const;
@@ -393,6 +404,12 @@ class Trainer {
   Validator* const validator_;                   // null: no validation
   std::unique_ptr<Tokenizer> sample_tokenizer_;  // null: metrics.sample_freq = 0
   const int64_t start_step_;
+  // Gradient accumulation: forward and backward passes per optimizer step,
+  // each on a batch of ranks x local_batch_size (training.global_batch_size).
+  const int64_t microbatches_;
+  // Whether the data-parallel all-reduces run during this pass: only in a
+  // step's last microbatch, once the gradients hold every microbatch's sum.
+  bool reduces_in_this_pass_ = true;
   DevicePeak peak_;
   const int64_t flops_per_token_;
   // profiling.enable_profiling (or REMAT_PROFILE=1) prints where the steps'
@@ -431,6 +448,7 @@ Trainer::Trainer(const JobConfig& config, const Setup& setup, Session& session, 
       checkpoint_layout_(make_shard_layout(setup.program(), comm.size())),
       validator_(validator),
       start_step_(start_step),
+      microbatches_(gradient_accumulation_steps(config, comm.size())),
       peak_(device_peak(config, threads, setup.program().compute_dtype == DType::kBF16)),
       flops_per_token_(model_flops_per_token(setup.model.summary, config.training.seq_len)),
       lr_{config.optimizer.lr,
@@ -450,7 +468,9 @@ Trainer::Trainer(const JobConfig& config, const Setup& setup, Session& session, 
   if (config.metrics.sample_freq > 0)
     sample_tokenizer_ = make_tokenizer(config.model.tokenizer, setup.model.summary.vocab_size);
   if (data_parallel_.ranks() > 1 && !sharded_)
-    session_.executor.set_step_observer([this](const Step& step) { data_parallel_.on_step(step); });
+    session_.executor.set_step_observer([this](const Step& step) {
+      if (reduces_in_this_pass_) data_parallel_.on_step(step);
+    });
   // Metrics go straight to their final path, one flushed line per logged
   // step, so a killed run keeps what it logged; a resumed run appends.
   if (!config.metrics.jsonl_path.empty() && leads())
@@ -487,15 +507,30 @@ int Trainer::train() {
 // the gradient norm is not finite: the run stops there.
 bool Trainer::train_step(int64_t step) {
   ModelState& state = session_.state;
-  loader_.next(inputs_, targets_);
-  const std::span<const int32_t> inputs = data_parallel_.local_rows(inputs_);
   session_.allocator.reset_peak();
-  double loss =
-      run_executor(step, Batch{inputs.data(), data_parallel_.local_rows(targets_).data()});
+  // Each microbatch's gradients are those of its mean loss: the first pass
+  // writes them, the later ones add theirs, and the sum is divided by the
+  // count below, giving the gradient of the mean loss over the step's
+  // batches (each as many tokens), as torchtitan's scaled losses do.
+  double loss = 0;
+  for (int64_t micro = 0; micro < microbatches_; ++micro) {
+    loader_.next(inputs_, targets_);
+    const std::span<const int32_t> inputs = data_parallel_.local_rows(inputs_);
+    reduces_in_this_pass_ = micro + 1 == microbatches_;
+    loss +=
+        run_executor(step, micro, Batch{inputs.data(), data_parallel_.local_rows(targets_).data()});
+    record_step(static_cast<int64_t>(inputs.size()));
+  }
+  loss /= static_cast<double>(microbatches_);
   if (sharded_)
     loss = sharded_->reduce(loss);
   else if (data_parallel_.ranks() > 1)
     loss = data_parallel_.reduce(loss);
+  if (microbatches_ > 1) {
+    const float mean = 1.0f / static_cast<float>(microbatches_);
+    for (size_t i = 0; i < state.grads.size(); ++i)
+      if (setup_.program().params[i].trainable) state.backend->scale(state.grads[i], mean);
+  }
   if (profile_ && step % config_.profiling.profile_freq == 0) {
     write_profile_trace(
         profile_trace_path(config_.job.dump_folder, config_.profiling.save_traces_folder, step,
@@ -511,7 +546,6 @@ bool Trainer::train_step(int64_t step) {
   const bool diverged = !std::isfinite(loss) || !std::isfinite(grad_norm);
   const MoeLoad moe = moe_load(state);  // read before the counts reset
   if (!diverged) update(step, clip.scale);
-  record_step(static_cast<int64_t>(inputs.size()));
   if (diverged || step % config_.metrics.log_freq == 0 || step == start_step_ + 1 ||
       step == config_.training.steps) {
     log_step(step, loss, grad_norm, moe);
@@ -560,13 +594,17 @@ void Trainer::write_snapshot(int64_t step) const {
 // Forward and backward on this step's batch. With
 // profiling.enable_memory_snapshot the run's first step is measured as it
 // runs and written as a memory timeline (by rank 0 under mpirun).
-double Trainer::run_executor(int64_t step, const Batch& batch) {
-  if (!config_.profiling.enable_memory_snapshot || step != start_step_ + 1 || !leads())
-    return session_.executor.run(batch);
+double Trainer::run_executor(int64_t step, int64_t microbatch, const Batch& batch) {
+  const ParamGradients gradients =
+      microbatch == 0 ? ParamGradients::kOverwrite : ParamGradients::kAccumulate;
+  if (!config_.profiling.enable_memory_snapshot || step != start_step_ + 1 || microbatch != 0 ||
+      !leads())
+    return session_.executor.run(batch, gradients);
   double loss = 0;
   const TimelineSeries measured{"measured", setup_.ac.plan.description,
-                                measure_timeline(session_.allocator, session_.executor,
-                                                 [&] { loss = session_.executor.run(batch); })};
+                                measure_timeline(session_.allocator, session_.executor, [&] {
+                                  loss = session_.executor.run(batch, gradients);
+                                })};
   const ModelSummary& s = setup_.model.summary;
   const std::string path = write_memory_snapshot(
       config_, step, setup_.program(),
@@ -682,6 +720,7 @@ RunRecord Trainer::run_record() const {
   r.windows = loader_.num_windows();
   r.next_window = loader_.position();
   r.ranks = data_parallel_.ranks();
+  r.microbatches = microbatches_;
   return r;
 }
 
@@ -920,6 +959,14 @@ int run_train(const JobConfig& config, Communicator& comm) {
   if (seed_only) return leads ? write_seed_checkpoint(config, session.state) : 0;
   std::printf("dataset: %s\n", data.description.c_str());
   if (comm.size() > 1) std::printf("%s\n", describe_data_parallel(config, comm).c_str());
+  if (const int64_t micro = gradient_accumulation_steps(config, comm.size()); micro > 1) {
+    std::printf(
+        "gradient accumulation: %lld microbatches of %lld sequences per optimizer step "
+        "(training.global_batch_size %lld); memory is one microbatch's, the log line's "
+        "loss is their mean and tps counts all of them\n",
+        static_cast<long long>(micro), static_cast<long long>(t.local_batch_size * comm.size()),
+        static_cast<long long>(t.global_batch_size));
+  }
   note_mpirun_interrupts(config, comm, session);
   BatchLoader loader(std::move(data.tokens), t.local_batch_size * comm.size(), t.seq_len,
                      t.dataset_path.empty() ? t.dataset : t.dataset_path);

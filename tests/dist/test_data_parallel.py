@@ -16,7 +16,10 @@ writes every step's loss and grad_norm to metrics.jsonl (full doubles):
     3 to 5 give the bits of the uninterrupted run;
  5. the PyTorch oracle on the weights rank 0 saved after 3 steps of a 2-rank
     run (the oracle test's small llama3): validation loss within 1e-5;
- 6. every 2-rank run ends with its replicas checked equal (remat compares a
+ 6. gradient accumulation under 2 ranks: 2 ranks x batch 1 x 2 microbatches
+    (training.global_batch_size 4) against 1 process x batch 4: within 1e-5,
+    all-reducing once per step (the microbatches' sum, then divided);
+ 7. every 2-rank run ends with its replicas checked equal (remat compares a
     checksum of every rank's parameters and MoE expert_bias, and fails
     otherwise) and prints the peak of each rank, which `remat plan` with the
     same settings predicts to the byte.
@@ -88,6 +91,14 @@ def main():
     with tempfile.TemporaryDirectory(prefix="remat_dp_") as tmp:
         base = against_single_process(remat, tmp, "llama3_debug.toml")
         against_single_process(remat, tmp, "llama4_debug.toml")
+        for config in ("llama3_debug.toml", "llama4_debug.toml"):
+            one, _ = train(remat, tmp, config + "_accum_1x4", config, 4, 1)
+            accumulated, out = train(remat, tmp, config + "_accum_2x1x2", config, 1, 2,
+                                     ["--training.global_batch_size", "4"])
+            w = worst(one, accumulated) if len(one) == len(accumulated) == STEPS else float("inf")
+            check(f"{config}: 2 ranks x 1 x 2 microbatches vs 1 x 4, loss and grad_norm",
+                  w <= TOL and "gradient accumulation: 2 microbatches of 2 sequences" in out,
+                  f"worst relative difference {w:.2e} (<= {TOL:g})")
 
         again, _ = train(remat, tmp, "again", "llama3_debug.toml", 2, 2)
         check("two identical 2-rank runs: the same bits", again == base)

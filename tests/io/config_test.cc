@@ -54,6 +54,8 @@ TEST(Config, DefaultsMatchTheSpec) {
   EXPECT_EQ(c.model.flavor, "debugmodel");
   EXPECT_EQ(c.model.tokenizer, "byte");
   EXPECT_EQ(c.training.local_batch_size, 8);
+  EXPECT_EQ(c.training.global_batch_size, -1);  // torchtitan's: local x data-parallel ranks
+  EXPECT_EQ(parse("[training]\nglobal_batch_size = 64\n").training.global_batch_size, 64);
   EXPECT_EQ(c.training.seq_len, 2048);
   EXPECT_EQ(c.training.steps, 10);
   EXPECT_EQ(c.training.max_norm, 1.0);
@@ -284,7 +286,8 @@ TEST(Config, LaterOverridesWinAndBareBoolIsTrue) {
 TEST(Config, UnknownKeysAndSectionsAreNamed) {
   std::string e = error_of_toml("[training]\nstepz = 3\n");
   EXPECT_NE(e.find("unknown key 'training.stepz' in test.toml"), std::string::npos) << e;
-  EXPECT_NE(e.find("known keys in [training]: local_batch_size, seq_len, steps"), std::string::npos)
+  EXPECT_NE(e.find("known keys in [training]: local_batch_size, global_batch_size, seq_len, steps"),
+            std::string::npos)
       << e;
   e = error_of_toml("[trainin]\nsteps = 3\n");
   EXPECT_NE(e.find("unknown section 'trainin'"), std::string::npos) << e;

@@ -5,6 +5,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <string>
+
+#include "core/error.h"
 #include "planner/job_options.h"
 
 namespace remat {
@@ -56,6 +60,32 @@ TEST(Setup, AutoThresholdSaysWhy) {
   EXPECT_FALSE(c.options.auto_threshold);
   EXPECT_FALSE(c.auto_why.empty());
   EXPECT_NE(c.plan.description.find(c.auto_why), std::string::npos);
+}
+
+// torchtitan's training.global_batch_size: -1 is one microbatch; a multiple
+// of local x ranks is that many microbatches; anything else names the sizes.
+TEST(JobOptions, GradientAccumulationSteps) {
+  JobConfig config;
+  config.training.local_batch_size = 4;
+  EXPECT_EQ(gradient_accumulation_steps(config, 1), 1);
+  EXPECT_EQ(gradient_accumulation_steps(config, 8), 1);
+  config.training.global_batch_size = 32;
+  EXPECT_EQ(gradient_accumulation_steps(config, 1), 8);
+  EXPECT_EQ(gradient_accumulation_steps(config, 2), 4);
+  EXPECT_EQ(gradient_accumulation_steps(config, 8), 1);
+  try {
+    gradient_accumulation_steps(config, 3);
+    ADD_FAILURE() << "32 is not a multiple of 4 x 3";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("training.global_batch_size = 32"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("4 x 3 = 12"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(gradient_accumulation_steps(config, 16), InputError);  // 64 per pass > 32
+  // A product past int64 is no divisor of any global batch.
+  EXPECT_THROW(gradient_accumulation_steps(config, INT64_MAX / 2), InputError);
+  config.parallelism.data_parallel_replicate_degree = 2;
+  config.parallelism.data_parallel_shard_degree = 4;
+  EXPECT_EQ(data_parallel_ranks(config), 8);
 }
 
 }  // namespace
