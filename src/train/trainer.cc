@@ -961,10 +961,11 @@ int run_train(const JobConfig& config, Communicator& comm) {
   if (comm.size() > 1) std::printf("%s\n", describe_data_parallel(config, comm).c_str());
   if (const int64_t micro = gradient_accumulation_steps(config, comm.size()); micro > 1) {
     std::printf(
-        "gradient accumulation: %lld microbatches of %lld sequences per optimizer step "
+        "gradient accumulation: %lld microbatches of %lld sequence%s per optimizer step "
         "(training.global_batch_size %lld); memory is one microbatch's, the log line's "
         "loss is their mean and tps counts all of them\n",
         static_cast<long long>(micro), static_cast<long long>(t.local_batch_size * comm.size()),
+        t.local_batch_size * comm.size() == 1 ? "" : "s",
         static_cast<long long>(t.global_batch_size));
   }
   note_mpirun_interrupts(config, comm, session);

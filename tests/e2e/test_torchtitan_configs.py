@@ -147,7 +147,8 @@ def check_honored_keys(tmp):
     check(re.search(r"^profile \(2 steps", run.stdout, re.M) is not None,
           "profiling.enable_profiling prints the profile")
     resolved = run.stdout.partition("resolved config (job.print_args):\n")[2]
-    check("[training]\nlocal_batch_size = 2\nseq_len = 32\nsteps = 2\n" in resolved and
+    check("[training]\nlocal_batch_size = 2\nglobal_batch_size = -1\nseq_len = 32\nsteps = 2\n"
+          in resolved and
           '\n[checkpoint]\nenable = true\n' in resolved,
           "job.print_args prints the resolved config as TOML")
 
