@@ -31,15 +31,6 @@ void check_sharded_run(const JobConfig& config) {
   if (config.checkpoint.create_seed_checkpoint)
     refuse("checkpoint.create_seed_checkpoint = true",
            "false (create the seed checkpoint in one process, without mpirun)");
-  // Its gradient buffers are the reduce-scatter's own, rebuilt every pass
-  // (runtime/executor.h: a ParamSource cannot accumulate).
-  const int64_t ranks = data_parallel_ranks(config);
-  if (gradient_accumulation_steps(config, ranks) > 1)
-    throw InputError(degree + " with training.global_batch_size = " +
-                     std::to_string(config.training.global_batch_size) +
-                     " (gradient accumulation) is not built yet: sharded training runs one "
-                     "microbatch per step; expected -1 or local_batch_size x ranks = " +
-                     std::to_string(config.training.local_batch_size * ranks));
 }
 
 }  // namespace

@@ -55,12 +55,31 @@ void ShardedTraining::start_gather(size_t id, const Tensor& shard, Tensor& gathe
 void ShardedTraining::wait_gather(size_t id) { wait_for(gathers_, id); }
 
 void ShardedTraining::start_reduce_scatter(size_t id, const Tensor& full, Tensor& shard) {
-  scatters_[id] =
-      group_.start_reduce_scatter(full.data(), shard.data(), shard.numel(),
-                                  "reduce-scatter of gradient unit " + std::to_string(id));
+  float* out = shard.data();
+  if (accumulating_) {
+    Received& r = received_[id];
+    r.sum.resize(static_cast<size_t>(shard.numel()));
+    r.shard = &shard;
+    out = r.sum.data();
+  }
+  scatters_[id] = group_.start_reduce_scatter(
+      full.data(), out, shard.numel(), "reduce-scatter of gradient unit " + std::to_string(id));
 }
 
-void ShardedTraining::wait_reduce_scatter(size_t id) { wait_for(scatters_, id); }
+void ShardedTraining::wait_reduce_scatter(size_t id) {
+  wait_for(scatters_, id);
+  const auto it = received_.find(id);
+  if (it == received_.end()) return;
+  // Elementwise, in index order: the same bits on every rank and run.
+  float* shard = it->second.shard->data();
+  const std::vector<float>& sum = it->second.sum;
+  for (size_t i = 0; i < sum.size(); ++i) shard[i] += sum[i];
+  received_.erase(it);
+}
+
+void ShardedTraining::scale_gradients(float factor) {
+  for (Tensor& g : sharded_.grads) state_.backend->scale(g, factor);
+}
 
 void ShardedTraining::progress() {
   for (auto& [id, request] : gathers_) request->poll();

@@ -20,12 +20,15 @@
 //    full on every rank, stays equal (DataParallel::check_replicas checks it);
 //  - the collectives' scratch (the reduce-scatter's receive buffer, a unit's
 //    size) lives in the communicator, outside the allocator's books, as
-//    MPI's own buffers do.
+//    MPI's own buffers do; so does, under gradient accumulation, the result
+//    of a reduce-scatter in flight (a shard's size) that is then added into
+//    the shard.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <vector>
 
 #include "dist/comm.h"
 #include "runtime/sharded_state.h"
@@ -55,6 +58,13 @@ class ShardedTraining final : public UnitCollectives {
   // divides the gradient shards by the ranks; returns the global loss (the
   // mean of the ranks' losses).
   double reduce(double local_loss);
+  // Gradient accumulation: while set (the later microbatches of a step),
+  // each reduce-scatter adds its sum into the gradient shard instead of
+  // replacing it; reduce() then sees the microbatches' total.
+  void set_accumulating(bool accumulating) { accumulating_ = accumulating; }
+  // Multiplies every gradient shard by `factor` (the mean over a step's
+  // microbatches, after reduce()).
+  void scale_gradients(float factor);
   // As clip_grad_norm (optimizer.h), over the shards.
   GradClip clip_grad_norm(double max_norm);
   // One AdamW step of this rank's shards (on the gradients times grad_scale).
@@ -75,6 +85,14 @@ class ShardedTraining final : public UnitCollectives {
   ModelState& state_;
   ShardedState& sharded_;
   std::map<size_t, std::unique_ptr<CommRequest>> gathers_, scatters_;
+  // Accumulating reduce-scatters in flight: where each receives, and the
+  // shard its result is added to at the wait.
+  struct Received {
+    std::vector<float> sum;
+    Tensor* shard;
+  };
+  std::map<size_t, Received> received_;
+  bool accumulating_ = false;
 };
 
 }  // namespace remat

@@ -517,10 +517,12 @@ bool Trainer::train_step(int64_t step) {
     loader_.next(inputs_, targets_);
     const std::span<const int32_t> inputs = data_parallel_.local_rows(inputs_);
     reduces_in_this_pass_ = micro + 1 == microbatches_;
+    if (sharded_) sharded_->set_accumulating(micro > 0);
     loss +=
         run_executor(step, micro, Batch{inputs.data(), data_parallel_.local_rows(targets_).data()});
     record_step(static_cast<int64_t>(inputs.size()));
   }
+  if (sharded_) sharded_->set_accumulating(false);
   loss /= static_cast<double>(microbatches_);
   if (sharded_)
     loss = sharded_->reduce(loss);
@@ -528,8 +530,12 @@ bool Trainer::train_step(int64_t step) {
     loss = data_parallel_.reduce(loss);
   if (microbatches_ > 1) {
     const float mean = 1.0f / static_cast<float>(microbatches_);
-    for (size_t i = 0; i < state.grads.size(); ++i)
-      if (setup_.program().params[i].trainable) state.backend->scale(state.grads[i], mean);
+    if (sharded_) {
+      sharded_->scale_gradients(mean);
+    } else {
+      for (size_t i = 0; i < state.grads.size(); ++i)
+        if (setup_.program().params[i].trainable) state.backend->scale(state.grads[i], mean);
+    }
   }
   if (profile_ && step % config_.profiling.profile_freq == 0) {
     write_profile_trace(
@@ -595,8 +601,10 @@ void Trainer::write_snapshot(int64_t step) const {
 // profiling.enable_memory_snapshot the run's first step is measured as it
 // runs and written as a memory timeline (by rank 0 under mpirun).
 double Trainer::run_executor(int64_t step, int64_t microbatch, const Batch& batch) {
+  // A sharded run's gradient buffers are its parameter source's, rebuilt
+  // every pass: its shards accumulate instead (ShardedTraining).
   const ParamGradients gradients =
-      microbatch == 0 ? ParamGradients::kOverwrite : ParamGradients::kAccumulate;
+      microbatch == 0 || sharded_ ? ParamGradients::kOverwrite : ParamGradients::kAccumulate;
   if (!config_.profiling.enable_memory_snapshot || step != start_step_ + 1 || microbatch != 0 ||
       !leads())
     return session_.executor.run(batch, gradients);

@@ -26,7 +26,11 @@ writes every step's loss and grad_norm to metrics.jsonl (full doubles):
     batch 4 and shard 2 x batch 2 within 1e-5 (the groups' sums are added
     in group order, not rank order), for llama3 and llama4 debug;
  8. degrees whose product is not the number of ranks exit 2 with the message
-    printed once.
+    printed once;
+ 9. gradient accumulation under shard: shard 2 x batch 1 x 2 microbatches
+    (training.global_batch_size 4; the later microbatch's reduce-scatters add
+    into the shards) against 1 process x batch 4 within 1e-5, llama3 and
+    llama4 debug, and against the same steps under replicate within 1e-6.
 Exit 0 only if everything holds.
 """
 
@@ -81,7 +85,32 @@ def against_replicate_and_one_process(remat, tmp, config):
     check(f"{config}: the log says the run shards", "(shard 2: parameters" in out and
           "global batch 4 = 2 x 2" in out, "")
     hsdp(remat, tmp, config, one, sharded)
+    accumulated(remat, tmp, config, one)
     return sharded
+
+
+def accumulated(remat, tmp, config, one):
+    micro = ["--training.global_batch_size", "4"]
+    shard, out = train(remat, tmp, config + "_shard_accum", config, 1, 2, SHARD + micro)
+    replicated, _ = train(remat, tmp, config + "_replicate_accum", config, 1, 2,
+                          REPLICATE + micro)
+    ok = len(shard) == len(replicated) == STEPS and \
+        "gradient accumulation: 2 microbatches of 2 sequences" in out
+    w = worst(shard, one) if ok else float("inf")
+    check(f"{config}: shard 2 x 1 x 2 microbatches vs 1 x 4, loss and grad_norm", w <= 1e-5,
+          f"worst relative difference {w:.2e} (<= 1e-5)")
+    w = worst(shard, replicated) if ok else float("inf")
+    check(f"{config}: shard vs replicate, both 2 x 1 x 2 microbatches", w <= 1e-6,
+          f"worst relative difference {w:.2e} (<= 1e-6)")
+    # Each rank books one microbatch's peak, as `remat plan` predicts it.
+    peaks = re.search(r"allocator peak bytes rank 0 ([\d,]+), rank 1 ([\d,]+)", out)
+    plan = json.loads(output([remat, "plan", "--config", os.path.join(REPO, "configs", config),
+                              *COMMON, "--training.local_batch_size", "1", *SHARD, *micro,
+                              "--json"], "remat plan"))
+    predicted = plan["configured"]["peak_bytes"]
+    measured = [int(p.replace(",", "")) for p in peaks.groups()] if peaks else []
+    check(f"{config}: accumulated under shard, each rank's peak is the plan's",
+          measured == [predicted] * 2, f"predicted {predicted:,}, measured {measured}")
 
 
 def hsdp(remat, tmp, config, one, sharded):
