@@ -154,6 +154,7 @@ int run_maximize_throughput(const JobConfig& config, const PlannerOptions& plann
     nlohmann::json j = nlohmann::json::array();
     for (const ThroughputChoice& c : choices) {
       j.push_back({{"local_batch_size", c.batch},
+                   {"microbatches", c.microbatches},
                    {"peak_bytes", c.peak_bytes},
                    {"recompute_seconds", c.recompute_seconds},
                    {"step_seconds", c.step_seconds},
@@ -162,15 +163,23 @@ int run_maximize_throughput(const JobConfig& config, const PlannerOptions& plann
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
-  std::printf("remat plan --maximize throughput: seq %lld, within %s; best first\n",
+  const bool fixed_global = config.training.global_batch_size != -1;
+  const std::string global =
+      fixed_global ? ", global batch " + std::to_string(config.training.global_batch_size) +
+                         " (batch x micro x ranks; step s is one microbatch's)"
+                   : "";
+  std::printf("remat plan --maximize throughput: seq %lld, within %s%s; best first\n",
               static_cast<long long>(config.training.seq_len),
-              format_bytes(available_memory(config)).c_str());
-  std::printf("  %6s  %12s  %14s  %12s  %14s  %s\n", "batch", "peak", "recompute s", "step s",
-              "tokens/s", "plan");
+              format_bytes(available_memory(config)).c_str(), global.c_str());
+  std::printf("  %6s  %s%12s  %14s  %12s  %14s  %s\n", "batch", fixed_global ? "micro  " : "",
+              "peak", "recompute s", "step s", "tokens/s", "plan");
   for (size_t i = 0; i < choices.size() && i < 5; ++i) {
     const ThroughputChoice& c = choices[i];
-    std::printf("  %6lld  %12s  %14.4f  %12.4f  %14.0f  %s\n", static_cast<long long>(c.batch),
-                format_bytes(c.peak_bytes).c_str(), c.recompute_seconds, c.step_seconds,
+    char micro[32] = "";
+    if (fixed_global)
+      std::snprintf(micro, sizeof micro, "%5lld  ", static_cast<long long>(c.microbatches));
+    std::printf("  %6lld  %s%12s  %14.4f  %12.4f  %14.0f  %s\n", static_cast<long long>(c.batch),
+                micro, format_bytes(c.peak_bytes).c_str(), c.recompute_seconds, c.step_seconds,
                 c.tokens_per_second, c.plan.c_str());
   }
   return 0;
@@ -392,11 +401,13 @@ int run_plan(JobConfig config, const PlanCommandOptions& options) {
     }
     if (config.memory.limit.empty()) config.memory.limit = "80GiB";
   }
-  // A global batch the modelled ranks cannot split is refused before planning.
-  gradient_accumulation_steps(config, data_parallel_ranks(config));
+  // --maximize chooses the local batch: among those dividing a set global
+  // batch (planner/throughput.h), whatever training.local_batch_size says.
   if (options.maximize_throughput) {
     return run_maximize_throughput(config, planner_options_from_config(config), options.json);
   }
+  // A global batch the modelled ranks cannot split is refused before planning.
+  gradient_accumulation_steps(config, data_parallel_ranks(config));
   const PlanReport report = make_report(config, options);
   if (!options.pareto_path.empty()) write_pareto_file(report, options);
   if (!options.timeline_path.empty()) {

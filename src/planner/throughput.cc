@@ -24,6 +24,23 @@ std::vector<int64_t> candidate_batches(int64_t most) {
   return out;
 }
 
+// With training.global_batch_size set, the local batches that split it
+// into whole microbatches over the ranks: the divisors of global / ranks,
+// up to `most`.
+std::vector<int64_t> dividing_batches(const JobConfig& config, int64_t most) {
+  const int64_t ranks = data_parallel_ranks(config);
+  const int64_t global = config.training.global_batch_size;
+  if (global % ranks != 0) {
+    throw InputError("--maximize throughput: training.global_batch_size = " +
+                     std::to_string(global) + " is not a multiple of the " + std::to_string(ranks) +
+                     " data-parallel ranks; expected one, or -1");
+  }
+  std::vector<int64_t> out;
+  for (int64_t b = 1; b <= most && b <= global / ranks; ++b)
+    if (global / ranks % b == 0) out.push_back(b);
+  return out;
+}
+
 }  // namespace
 
 std::vector<ThroughputChoice> maximize_throughput(const JobConfig& config,
@@ -33,7 +50,12 @@ std::vector<ThroughputChoice> maximize_throughput(const JobConfig& config,
   measured.activation_checkpoint.cost_model = "measured";
   std::vector<ThroughputChoice> choices;
   constexpr int64_t kMostBatch = 256;
-  for (int64_t batch : candidate_batches(kMostBatch)) {
+  // A set global batch fixes the sequences per step: the candidates are the
+  // local batches it divides into (as many microbatches as it takes).
+  const bool fixed_global = config.training.global_batch_size != -1;
+  const std::vector<int64_t> batches =
+      fixed_global ? dividing_batches(config, kMostBatch) : candidate_batches(kMostBatch);
+  for (int64_t batch : batches) {
     const Program program = build_model(config.model, batch, config.training.seq_len).program;
     // The lowest peak only grows with the batch: stop at the first that
     // cannot fit, before calibrating it.
@@ -46,6 +68,9 @@ std::vector<ThroughputChoice> maximize_throughput(const JobConfig& config,
     const Plan plan = plan_from_choice(problem, c);
     ThroughputChoice t;
     t.batch = batch;
+    t.microbatches = fixed_global
+                         ? config.training.global_batch_size / (batch * data_parallel_ranks(config))
+                         : 1;
     t.peak_bytes = c.peak;
     t.recompute_seconds = c.cost;
     t.step_seconds = predicted_step_seconds(times, program, plan);

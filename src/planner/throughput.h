@@ -1,5 +1,7 @@
 // `remat plan --maximize throughput`: the batch size and the budget plan
-// together. For each candidate local_batch_size whose lowest reachable peak
+// together. For each candidate local_batch_size (with
+// training.global_batch_size set, each that splits it into whole
+// microbatches) whose lowest reachable peak
 // fits the device (memory.limit or physical RAM), the budget solver picks the
 // least-recompute plan under the measured cost model, and a step's time is
 // predicted from the calibrated op times (op_timing.h).
@@ -15,6 +17,10 @@ namespace remat {
 
 struct ThroughputChoice {
   int64_t batch = 0;
+  // Per optimizer step with training.global_batch_size set (the candidate
+  // batches are then its divisors), else 1. The figures are one
+  // microbatch's; tokens/s is the step's too.
+  int64_t microbatches = 1;
   int64_t peak_bytes = 0;        // predicted
   double recompute_seconds = 0;  // measured cost model
   double step_seconds = 0;       // predicted

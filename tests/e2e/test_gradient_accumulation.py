@@ -12,6 +12,9 @@
 - AC modes none and op give the same bits under accumulation.
 - A resume is bit-exact: the checkpoint records the microbatch count and
   where the next step's data starts; another count warns, naming both.
+- `remat plan --maximize throughput` with a global batch ranks only local
+  batches that divide it, each with its microbatch count, within the memory
+  limit, best first.
 
 Usage: test_gradient_accumulation.py <path-to-remat>
 """
@@ -128,12 +131,31 @@ def test_resume(tmp):
           "has 1" in out, "a resume with another microbatch count warns, naming both")
 
 
+def test_maximize(tmp):
+    limit = 200 * 2**20
+    proc = subprocess.run([REMAT, "plan", "--config", config_of("llama3"), "--maximize",
+                           "throughput", "--memory.limit", f"{limit}B",
+                           "--training.global_batch_size", "24", "--json",
+                           "--job.dump_folder", "maximize"], cwd=tmp, capture_output=True,
+                          text=True, timeout=600)
+    choices = json.loads(proc.stdout) if proc.returncode == 0 else []
+    batches = sorted(c["local_batch_size"] for c in choices)
+    check(len(choices) >= 2 and all(
+        c["local_batch_size"] * c["microbatches"] == 24 and c["peak_bytes"] <= limit
+        for c in choices) and set(batches) <= {1, 2, 3, 4, 6, 8, 12, 24}
+        and [c["tokens_per_second"] for c in choices] ==
+        sorted((c["tokens_per_second"] for c in choices), reverse=True),
+        f"plan --maximize throughput, global batch 24 within 200 MiB: divisors only, "
+        f"batch x microbatches = 24, best first: {batches}")
+
+
 def main():
     with tempfile.TemporaryDirectory(prefix="remat-accum-") as tmp:
         tmp = Path(tmp)
         for model in ("llama3", "llama4"):
             test_equivalence(tmp, model)
         test_resume(tmp)
+        test_maximize(tmp)
     if failures:
         print(f"{len(failures)} check(s) failed")
         sys.exit(1)
