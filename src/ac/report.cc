@@ -38,6 +38,11 @@ std::string format_matmul_table(const Program& program, const Plan& plan, bool w
     // A matmul the policy keeps whose output no backward reads (e.g. w2, whose
     // output only feeds a residual add) is not stored: the plan says so.
     if (d.keep && !plan.keep[node.outputs[0]]) decision += " [not needed: not stored]";
+    // The fused loss head (model.loss_chunk_rows) keeps no logits at all.
+    if (op_info(node.kind).backward_recomputes_forward) {
+      decision += " [fused with the loss: logits made " + std::to_string(a.chunk) +
+                  " rows at a time, rebuilt in the backward]";
+    }
     Row row{generalize_layer_index(node.fqn),        shape, decision, forward_flops(node),
             program.values[node.outputs[0]].bytes(), 1};
     const std::string key = row.fqn + "|" + row.shape + "|" + row.decision;

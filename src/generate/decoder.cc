@@ -24,11 +24,18 @@ void check_same_parameters(const Program& decoding, const Program& state) {
   if (!same) throw std::logic_error("decoder: the model state holds another model's parameters");
 }
 
+// Decoding reads the logits themselves: the unfused output head, whatever
+// training used (model.loss_chunk_rows; the parameters are the same).
+JobConfig::Model with_whole_logits(JobConfig::Model model) {
+  model.loss_chunk_rows = 0;
+  return model;
+}
+
 }  // namespace
 
 Decoder::Decoder(const JobConfig::Model& model, const ModelState& state, Allocator& allocator,
                  int64_t max_positions)
-    : model_(model),
+    : model_(with_whole_logits(model)),
       state_(state),
       allocator_(allocator),
       backend_(*state.backend),

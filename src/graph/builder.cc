@@ -173,6 +173,22 @@ ValueId ProgramBuilder::cross_entropy(const std::string& fqn, ValueId logits) {
   return loss;
 }
 
+ValueId ProgramBuilder::linear_cross_entropy(const std::string& fqn, ValueId x, ParamId weight,
+                                             int64_t chunk) {
+  const Shape& w = program_.params[weight].shape;
+  OpAttrs a;
+  a.k = w[1];
+  a.n = w[0];
+  a.m = numel(shape(x)) / a.k;
+  a.chunk = chunk;
+  if (a.m * a.k != numel(shape(x)) || chunk < 1) {
+    throw std::logic_error("linear_cross_entropy shape mismatch at " + fqn);
+  }
+  ValueId loss = add_node(OpKind::kLinearCrossEntropy, fqn, {x}, {weight}, a);
+  program_.loss = loss;
+  return loss;
+}
+
 Program ProgramBuilder::finish() { return std::move(program_); }
 
 }  // namespace remat

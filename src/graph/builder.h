@@ -43,6 +43,9 @@ class ProgramBuilder {
   ValueId add(const std::string& fqn, ValueId a, ValueId b);
   // Sets program.loss.
   ValueId cross_entropy(const std::string& fqn, ValueId logits);
+  // The output projection and the cross-entropy fused, `chunk` rows of
+  // logits at a time (OpKind::kLinearCrossEntropy). Sets program.loss.
+  ValueId linear_cross_entropy(const std::string& fqn, ValueId x, ParamId weight, int64_t chunk);
 
   Program finish();
 

@@ -25,6 +25,10 @@ int64_t no_workspace(const OpAttrs&) { return 0; }
 int64_t matmul_flops(const OpAttrs& a) { return product({2, a.m, a.k, a.n}); }
 std::vector<Shape> rows_by_dim(const OpAttrs& a) { return {{a.rows, a.dim}}; }
 std::vector<Shape> m_by_n(const OpAttrs& a) { return {{a.m, a.n}}; }
+// One chunk of logits (linear_cross_entropy), f32.
+int64_t loss_chunk_bytes(const OpAttrs& a) {
+  return bytes_of(cpu::linear_cross_entropy_scratch_floats(a.m, a.n, a.chunk), DType::kF32);
+}
 
 // Indexed by OpKind: each row names its kind, checked at compile time.
 // One packed row per op kind: the formatter would spread each over 13 lines.
@@ -118,6 +122,15 @@ constexpr OpInfo kOpTable[] = {
      .grad_in_place_of_input0 = false, .outputs_always_kept = false,
      .output_suffixes = {":out"}, .output_shapes = rows_by_dim, .flops = no_flops,
      .workspace_bytes = no_workspace},
+    {.kind = OpKind::kLinearCrossEntropy, .name = "linear_cross_entropy",
+     .op_class = OpClass::kMatmul,
+     .num_inputs = 1, .num_outputs = 2, .saved_inputs = 0b1, .saved_outputs = 0b10,
+     .grad_in_place_of_input0 = false, .outputs_always_kept = false,
+     .output_suffixes = {":out", ":lse"},
+     .output_shapes = [](const OpAttrs& a) -> std::vector<Shape> { return {{1}, {a.m}}; },
+     .flops = matmul_flops, .workspace_bytes = loss_chunk_bytes, .fp32_outputs = 0b11,
+     .fp32_inputs = 0b1, .forward_workspace_bytes = loss_chunk_bytes,
+     .backward_recomputes_forward = true},
 };
 // clang-format on
 
@@ -153,6 +166,15 @@ int64_t backward_flops(const Node& node) { return 2 * forward_flops(node); }
 
 int64_t backward_workspace_bytes(const Node& node) {
   return op_info(node.kind).workspace_bytes(node.attrs);
+}
+
+int64_t forward_workspace_bytes(const Node& node) {
+  const OpInfo& info = op_info(node.kind);
+  return info.forward_workspace_bytes == nullptr ? 0 : info.forward_workspace_bytes(node.attrs);
+}
+
+int64_t backward_recompute_flops(const Node& node) {
+  return op_info(node.kind).backward_recomputes_forward ? forward_flops(node) : 0;
 }
 
 }  // namespace remat

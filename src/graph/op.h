@@ -47,7 +47,10 @@ enum class OpKind {
   kMoeDispatch,    // x[T, D], scores, indices -> rows[T*k, D], offsets[E+1], perm[T*k]
   kGroupedLinear,  // rows[N, K], offsets[E+1] -> out[N, n]           params: w[E, K, n]
   kMoeCombine,     // rows[T*k, D], perm[T*k] -> y[T, D]
-  kNumKinds,       // not an op: the number of kinds
+  // The output projection and the cross-entropy in one op, the logits made
+  // `chunk` rows at a time and never kept (model.loss_chunk_rows).
+  kLinearCrossEntropy,  // x[m, k] (targets) -> loss[1], lse[m]     params: w[n, k]
+  kNumKinds,            // not an op: the number of kinds
 };
 constexpr int kNumOpKinds = static_cast<int>(OpKind::kNumKinds);
 constexpr int kMaxOpOutputs = 3;
@@ -75,6 +78,7 @@ struct OpAttrs {
   bool weight_in_out = false;
   int64_t experts = 0, top_k = 0;  // MoE ops (rows = tokens, dim = D)
   bool sigmoid = false;            // MoE route: score function
+  int64_t chunk = 0;               // linear_cross_entropy: rows of logits at a time
 };
 
 // One row of the op table.
@@ -110,6 +114,12 @@ struct OpInfo {
   // is stored in the compute dtype.
   uint32_t fp32_outputs = 0;
   uint32_t fp32_inputs = 0;
+  // Scratch the forward kernel needs, in bytes (accounted as temporaries
+  // for the op's step); null: none.
+  int64_t (*forward_workspace_bytes)(const OpAttrs&) = nullptr;
+  // The backward re-runs the forward's matmuls (the fused loss head rebuilds
+  // its logits): its FLOPs are counted as recompute, beside backward_flops.
+  bool backward_recomputes_forward = false;
 };
 
 const OpInfo& op_info(OpKind kind);
@@ -120,5 +130,8 @@ std::vector<Shape> infer_output_shapes(const Node& node);
 int64_t forward_flops(const Node& node);
 int64_t backward_flops(const Node& node);
 int64_t backward_workspace_bytes(const Node& node);
+int64_t forward_workspace_bytes(const Node& node);
+// FLOPs a backward spends re-running its own forward (0 for most ops).
+int64_t backward_recompute_flops(const Node& node);
 
 }  // namespace remat

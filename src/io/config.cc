@@ -105,6 +105,7 @@ std::vector<Field> fields_of(JobConfig& c) {
       REMAT_FIELD(model, top_k),
       REMAT_FIELD(model, interleave_moe_layer_step),
       REMAT_FIELD(model, score_func),
+      REMAT_FIELD(model, loss_chunk_rows),
       REMAT_FIELD(training, local_batch_size),
       REMAT_FIELD(training, global_batch_size),
       REMAT_FIELD(training, seq_len),
@@ -839,6 +840,8 @@ void validate_model_and_training(const JobConfig& c, Validator& v) {
       t.global_batch_size == -1 || (t.global_batch_size > 0 && t.global_batch_size <= kMaxTokenDim),
       "training.global_batch_size",
       "-1 (local_batch_size x data-parallel ranks) or an integer in [1, 16777216 (2^24)]");
+  v.require(m.loss_chunk_rows >= 0 && m.loss_chunk_rows <= kMaxTokenDim, "model.loss_chunk_rows",
+            "an integer in [0, 16777216 (2^24)] (0: the logits kept whole)");
   const int64_t max_threads = max_training_threads();
   v.require(t.threads <= max_threads, "training.threads",
             "an integer in [0, " + std::to_string(max_threads) +

@@ -50,6 +50,9 @@ struct JobConfig {
     int64_t top_k = 0;
     int64_t interleave_moe_layer_step = 0;
     std::string score_func;  // "" (flavor's), "softmax", "sigmoid"
+    // > 0: the output projection and the loss run fused, this many rows of
+    // logits at a time, rebuilt in the backward instead of kept; 0: whole.
+    int64_t loss_chunk_rows = 0;
   } model;
   struct Training {
     int64_t local_batch_size = 8;

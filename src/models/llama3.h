@@ -20,6 +20,9 @@ struct TransformerArgs {
   int64_t multiple_of = 256;
   double rope_theta = 500000.0;
   float norm_eps = 1e-5f;
+  // model.loss_chunk_rows: > 0 fuses the output projection with the loss,
+  // that many rows of logits at a time; 0 keeps the logits whole.
+  int64_t loss_chunk_rows = 0;
 
   int64_t head_dim() const { return dim / n_heads; }
   // torchtitan's rule: int(2 * 4 * dim / 3), times the multiplier, rounded

@@ -67,6 +67,12 @@ void add_output_and_loss(ProgramBuilder& b, const TransformerArgs& args, ValueId
   ParamId out = b.param("output.weight", {args.vocab_size, args.dim},
                         {ParamInit::Kind::kTruncatedNormal, out_std, -3 * out_std, 3 * out_std});
   ValueId xn = b.rmsnorm("norm", x, norm, args.norm_eps);
+  if (args.loss_chunk_rows > 0) {
+    // One op named for the projection, so its weight, the matmul log and
+    // per_op_sac patterns see "output" either way.
+    b.linear_cross_entropy("output", xn, out, args.loss_chunk_rows);
+    return;
+  }
   ValueId logits = b.linear("output", xn, out);
   b.cross_entropy("loss", logits);
 }

@@ -27,7 +27,8 @@ AttentionHalf add_attention_half(ProgramBuilder& b, const TransformerArgs& args,
 // w2(silu(w1(x)) * w3(x)) with "layers.<layer>.feed_forward.*" parameters.
 ValueId add_dense_ffn(ProgramBuilder& b, const TransformerArgs& args, int32_t layer, ValueId x);
 
-// Leaves the blocks: norm -> output -> cross-entropy.
+// Leaves the blocks: norm -> output -> cross-entropy, or norm -> the two
+// fused (args.loss_chunk_rows > 0).
 void add_output_and_loss(ProgramBuilder& b, const TransformerArgs& args, ValueId x);
 
 }  // namespace remat

@@ -118,6 +118,10 @@ class Backend {
   // Scratch the backward of `node` needs (the op table's, for every backend
   // so far: the planner books the same bytes without a backend).
   virtual int64_t workspace_bytes(const Node& node) { return backward_workspace_bytes(node); }
+  // Scratch the forward of `node` needs (likewise the op table's).
+  virtual int64_t forward_workspace_bytes(const Node& node) {
+    return ::remat::forward_workspace_bytes(node);
+  }
 
   // Sum of squares in double, in a fixed order (deterministic).
   virtual double sum_squares(const Tensor& t) = 0;

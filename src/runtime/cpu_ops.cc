@@ -277,6 +277,19 @@ constexpr CpuKernels kCpuKernels[] = {
                                  b.grad_inputs[0], b.fresh_grad_inputs & 0b1);
      },
      0b1},
+    {OpKind::kLinearCrossEntropy,
+     [](A a, B b) {  // the forward workspace holds one chunk of logits
+       const double loss = cpu::linear_cross_entropy_forward(
+           b.inputs[0], b.params[0], b.targets, a.m, a.k, a.n, a.chunk, b.workspace, b.outputs[1]);
+       b.outputs[0][0] = static_cast<float>(loss);
+       return loss;
+     },
+     [](A a, B b) {  // saved: x, lse. Like cross-entropy, dloss = 1 (not read).
+       cpu::linear_cross_entropy_backward(b.inputs[0], b.params[0], b.targets, b.inputs[1], a.m,
+                                          a.k, a.n, a.chunk, b.workspace, b.grad_inputs[0],
+                                          b.grad_params[0], fresh_bits(b, 1));
+     },
+     0b1},
 };
 
 constexpr bool table_in_enum_order() {

@@ -198,6 +198,12 @@ void Executor::forward(const Node& node, int32_t index, bool recompute, const Ba
       b.output_dtypes.push_back(value.dtype);
     }
   }
+  Tensor workspace;
+  if (const int64_t bytes = backend_.forward_workspace_bytes(node); bytes > 0) {
+    workspace =
+        Tensor(*allocator_, {bytes / dtype_size(DType::kF32)}, MemoryCategory::kTemporaries);
+    b.workspace = workspace.data();
+  }
   b.tokens = batch.inputs;
   b.targets = batch.targets;
   const int64_t flops = forward_flops(node);
@@ -214,7 +220,7 @@ void Executor::forward(const Node& node, int32_t index, bool recompute, const Ba
   }
   if (!dry_run()) {
     const double loss = backend_.forward(node, b);
-    if (node.kind == OpKind::kCrossEntropy && !recompute) loss_ = loss;
+    if (node.outputs[0] == program_.loss && !recompute) loss_ = loss;
     for (auto [from, to] : narrow) backend_.convert(staged[from], outputs[to]);
   }
   for (size_t o = 0; o < node.outputs.size(); ++o) {
@@ -265,9 +271,13 @@ void Executor::backward(const Step& step, const Batch& batch) {
       b.grad_inputs.push_back(grad_of(node.inputs[i], fresh).data());
     }
     const Tensor& dy = grads_[node.outputs[0]];
-    if (!dy.defined()) throw std::logic_error("executor: no gradient reaches " + node.fqn);
-    b.grad_output = dy.data();
-    if (use == Bf16Use::kAll) {
+    // The loss's own gradient is 1, which its op knows (no buffer).
+    const bool is_loss = node.outputs[0] == program_.loss;
+    if (!dy.defined() && !is_loss) {
+      throw std::logic_error("executor: no gradient reaches " + node.fqn);
+    }
+    b.grad_output = is_loss ? nullptr : dy.data();
+    if (use == Bf16Use::kAll && !is_loss) {
       grad_output = Tensor(*allocator_, dy.shape(), MemoryCategory::kTemporaries, DType::kBF16);
       if (!dry_run()) backend_.convert(dy, grad_output);
       b.grad_output = grad_output.data();
@@ -285,6 +295,9 @@ void Executor::backward(const Step& step, const Batch& batch) {
   ++counts_.backward_ops;
   counts_.backward_matmuls += info.op_class == OpClass::kMatmul;
   counts_.backward_flops += backward_flops(node);
+  // A backward that rebuilds what its forward made (the fused loss head's
+  // logits) re-runs those FLOPs: hardware work, not model work.
+  counts_.recompute_flops += backward_recompute_flops(node);
   if (!dry_run()) backend_.backward(node, b);
   // The gradient of this node's outputs has been consumed.
   for (ValueId out : node.outputs) grads_[out].reset();

@@ -15,6 +15,7 @@ temporary directory:
     tokens: loss and every parameter gradient within 1e-4 relative error
     (max|a-b| / max|b| per tensor), identical parameter names; and the AC
     modes agree with each other bit for bit (gradient files and printed loss);
+    the chunked loss head (model.loss_chunk_rows 24) against the oracle too;
  4. `remat eval` against `llama_ref.py eval` on the step-0 weights: within
     1e-5 relative;
  5. `remat train` for 3 steps on the default dataset (fortunes) with
@@ -222,6 +223,18 @@ def main():
                 record(f"grads [{mode}] vs [{first[0]}]: printed loss",
                        "identical" if loss_text == first[1] else f"{loss_text} vs {first[1]}",
                        "identical", loss_text == first[1])
+
+        # 3b. the chunked loss head (model.loss_chunk_rows: 24 + 24 + 16 of the
+        # 64 rows) against the oracle as well
+        path = os.path.join(tmp, "grads_chunked_loss.safetensors")
+        what = "remat grads (chunked loss, 24 rows)"
+        out = run([remat, "grads", "--config", CONFIG, *model_over, "--model.loss_chunk_rows",
+                   "24", "--job.dump_folder", os.path.join(tmp, "grads_dump"),
+                   "--checkpoint.load", seed, "--tokens", tokens_path, "--out", path], what)
+        loss_text, loss = parse_number(out, "loss", what)
+        record(f"grads [chunked loss]: loss {loss_text} vs oracle {ref_loss_text}",
+               f"{rel(loss, ref_loss):.3e}", f"<= {GRAD_TOL:g}", rel(loss, ref_loss) <= GRAD_TOL)
+        compare_grads("grads [chunked loss]", path, ref_grads)
 
         # 4. eval on the step-0 weights
         def compare_eval(label, weights):

@@ -91,7 +91,15 @@ std::map<OpKind, FdCase> fd_cases() {
         const std::vector<float> perm = {3, 0, 7, 1, 9, 2, 5, 8, 4, 6};
         in[1] = perm;
       }};
+  // Two chunks of logits, the last one ragged.
+  OpAttrs head;
+  head.m = 6, head.k = 5, head.n = 7, head.chunk = 4, head.rows = 6;
+  c[OpKind::kLinearCrossEntropy] = {head, {{6, 5}}, {{7, 5}}, {true}, {true}, nullptr, 2e-4};
   return c;
+}
+
+bool is_loss_op(OpKind kind) {
+  return kind == OpKind::kCrossEntropy || kind == OpKind::kLinearCrossEntropy;
 }
 
 // One op on the CPU backend with the case's random inputs, parameters,
@@ -110,8 +118,8 @@ struct OpRun {
     const int64_t rows = std::max<int64_t>(fd.attrs.rows, 1);
     tokens = cpu::testing::random_tokens(rows, 7, seed++);
     targets = cpu::testing::random_tokens(rows, 7, seed++);
-    r = kind == OpKind::kCrossEntropy ? std::vector<float>{1.0f}
-                                      : cpu::testing::random_vector(out[0].size(), seed++);
+    r = is_loss_op(kind) ? std::vector<float>{1.0f}
+                         : cpu::testing::random_vector(out[0].size(), seed++);
   }
 
   double forward() {
@@ -120,6 +128,8 @@ struct OpRun {
     for (auto& v : params) b.params.push_back(v.data());
     for (auto& v : out) b.outputs.push_back(v.data());
     b.is_recompute = true;  // no state updates (MoE counts)
+    std::vector<float> workspace(cpu_backend().forward_workspace_bytes(node) / sizeof(float));
+    b.workspace = workspace.data();
     b.tokens = tokens.data();
     b.targets = targets.data();
     cpu_backend().forward(node, b);

@@ -44,15 +44,22 @@ float row_lse(const float* x, int64_t n) {
 
 }  // namespace
 
-double cross_entropy_forward(const float* logits, const int32_t* targets, int64_t rows,
-                             int64_t vocab, float* lse) {
+void cross_entropy_add_rows(const float* logits, const int32_t* targets, int64_t rows,
+                            int64_t vocab, float* lse, double* loss_sum) {
   check_targets(targets, rows, vocab);
   const int nt = num_threads();
 #pragma omp parallel for schedule(static) num_threads(nt) if (rows * vocab >= detail::kParallelMin)
   for (int64_t r = 0; r < rows; ++r) lse[r] = row_lse(logits + r * vocab, vocab);
-  double loss = 0.0;
+  double loss = *loss_sum;
   for (int64_t r = 0; r < rows; ++r)
     loss += static_cast<double>(lse[r]) - static_cast<double>(logits[r * vocab + targets[r]]);
+  *loss_sum = loss;
+}
+
+double cross_entropy_forward(const float* logits, const int32_t* targets, int64_t rows,
+                             int64_t vocab, float* lse) {
+  double loss = 0.0;
+  cross_entropy_add_rows(logits, targets, rows, vocab, lse, &loss);
   return rows > 0 ? loss / static_cast<double>(rows) : 0.0;
 }
 

@@ -171,11 +171,33 @@ void add_backward(const float* dout, int64_t n, float* da, float* db,
 // Returns the mean loss (summed in double, in row order).
 double cross_entropy_forward(const float* logits, const int32_t* targets, int64_t rows,
                              int64_t vocab, float* lse);
+// The same rows' lse, and their losses added to *loss_sum in row order:
+// rows cut into consecutive calls sum to the bits of one call.
+void cross_entropy_add_rows(const float* logits, const int32_t* targets, int64_t rows,
+                            int64_t vocab, float* lse, double* loss_sum);
 // Turns logits into their gradient IN PLACE: logits[r, :] <- (softmax - onehot)
 // * scale (scale = dloss / rows). No second copy of the logits exists. This is
 // the one backward that overwrites rather than accumulates.
 void cross_entropy_backward_inplace(float* logits, const int32_t* targets, const float* lse,
                                     int64_t rows, int64_t vocab, float scale);
+
+// --- the output projection and the cross-entropy fused, `chunk` rows of
+// logits at a time: logits = x[rows, dim] @ w[vocab, dim]^T never exists
+// whole. scratch holds min(chunk, rows) x vocab floats. The forward returns
+// the mean loss (the bits of linear_forward + cross_entropy_forward) and
+// writes lse[rows]. The backward recomputes each chunk's logits, turns them
+// into their gradient (scale 1 / rows) and adds dx (+)= dlogits @ w, dw (+)=
+// dlogits^T @ x chunk by chunk, in row order. fresh: bit 0 dx, bit 1 dw.
+inline int64_t linear_cross_entropy_scratch_floats(int64_t rows, int64_t vocab, int64_t chunk) {
+  return (rows < chunk ? rows : chunk) * vocab;
+}
+double linear_cross_entropy_forward(const float* x, const float* w, const int32_t* targets,
+                                    int64_t rows, int64_t dim, int64_t vocab, int64_t chunk,
+                                    float* scratch, float* lse);
+void linear_cross_entropy_backward(const float* x, const float* w, const int32_t* targets,
+                                   const float* lse, int64_t rows, int64_t dim, int64_t vocab,
+                                   int64_t chunk, float* scratch, float* dx, float* dw,
+                                   uint32_t fresh = 0);
 
 // --- optimizer helpers
 // Sum of squares in double, deterministic (fixed chunking, fixed order).
