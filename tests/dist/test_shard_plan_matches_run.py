@@ -14,7 +14,8 @@ includes the gathered blocks in flight (the one computing and the one
 prefetched) and the full gradients before their reduce-scatter. HSDP
 (replicate 2 x shard 2, 4 ranks) holds what shard 2 holds: each of its
 ranks' peak and parts equal the plan's too, as do those of a memory_budget
-run (the solver plans for what a rank holds). Also: the
+run (the solver plans for what a rank holds) and of a run with the chunked
+loss head (model.loss_chunk_rows). Also: the
 sharded parameters, gradients and optimizer state of a rank are about half
 of one process's (1/2 plus the padding of each unit to an even split,
 under 0.1% here).
@@ -126,6 +127,9 @@ def main():
     # The budget solver plans for what a rank holds, in `remat plan` and in the run alike.
     failures += against_plan("memory_budget 82000000B, llama3 debug", [
         *debug, AC + "mode", "memory_budget", AC + "memory_budget", "82000000B"], 2, tmp)
+    # The chunked loss head: its logits chunk is a temporary of the rank.
+    failures += against_plan("chunked loss (100 rows), llama3 debug", [
+        *debug, "--model.loss_chunk_rows", "100"], 2, tmp)
     shutil.rmtree(tmp)
     if failures:
         print("FAIL:\n" + "\n".join(failures))

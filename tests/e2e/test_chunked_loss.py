@@ -11,6 +11,8 @@
 - The rebuilt logits are hardware work: with AC none, hfu exceeds mfu by the
   output projection's forward share, where the unfused run has hfu = mfu.
 - The matmul log still lists the output projection.
+- `remat plan` with the logits whole prices 1024-row chunks as a hint: the
+  hint's peak is what planning with the key gives.
 - Generation reads the logits: `remat generate` gives the same tokens with
   and without the key, from a checkpoint the fused head trained.
 
@@ -146,6 +148,24 @@ def test_generate(tmp):
           f"generate from the fused head's checkpoint, with and without the key: {outs}")
 
 
+def test_plan_hint():
+    big = ["--config", config_of("llama3"), "--model.vocab_size", "32768",
+           "--training.local_batch_size", "8", "--training.seq_len", "256", "--json"]
+    runs = [subprocess.run([REMAT, "plan", *big, *extra], capture_output=True, text=True,
+                           timeout=300) for extra in ([], ["--model.loss_chunk_rows", "1024"])]
+    whole, chunked = [json.loads(p.stdout) if p.returncode == 0 else {} for p in runs]
+    hint = whole.get("chunked_loss_hint") or {}
+    check(hint.get("loss_chunk_rows") == 1024 and
+          hint.get("peak_bytes") == chunked.get("configured", {}).get("peak_bytes") and
+          hint.get("peak_bytes", 1 << 62) < whole["configured"]["peak_bytes"] and
+          "chunked_loss_hint" in chunked and chunked["chunked_loss_hint"] is None,
+          f"plan's hint with the logits whole is the plan of 1024-row chunks: {hint}, "
+          f"{chunked.get('configured', {}).get('peak_bytes')}")
+    text = subprocess.run([REMAT, "plan", *big[:-1]], capture_output=True, text=True, timeout=300)
+    check("hint: model.loss_chunk_rows = 1024" in text.stdout,
+          "the text plan prints the hint")
+
+
 def main():
     with tempfile.TemporaryDirectory(prefix="remat-chunked-loss-") as tmp:
         tmp = Path(tmp)
@@ -154,6 +174,7 @@ def main():
         test_bf16(tmp)
         test_matmul_log(tmp)
         test_generate(tmp)
+        test_plan_hint()
     if failures:
         print(f"{len(failures)} check(s) failed")
         sys.exit(1)

@@ -5,7 +5,8 @@ For configs/llama3_debug.toml and configs/llama4_debug.toml, at batch 2 x
 seq 32 (the models' full width, depth and vocabulary): 2 training steps in
 each AC mode (none, full, selective 2, selective op, memory_budget 0.5, auto
 with a memory.limit between the peaks of full and none, taken from
-`remat plan --json`) and as 2 accumulated microbatches of 1, then eval of the last checkpoint and a one-step resume
+`remat plan --json`), as 2 accumulated microbatches of 1 and with the
+chunked loss head, then eval of the last checkpoint and a one-step resume
 from it. Every run must exit 0 with finite losses and no sanitizer report;
 the binary must be the sanitized one (linked with libasan and libubsan), so
 this script cannot pass on a plain build.
@@ -106,6 +107,15 @@ def main():
                   # The log line prints 4 decimals: equal up to its last digit.
                   all(abs(a - b) <= 1.5e-4 for a, b in zip(got, first_losses or [])),
                   f"{model}, 2 microbatches of 1: losses {got}, exit {proc.returncode}"
+                  f"{', ' + report.group(0) if report else ''} ({secs:.1f} s)")
+            # The chunked loss head (model.loss_chunk_rows): 64 rows as 24 + 24 + 16.
+            proc, report, secs = run(["train", "--config", config, *COMMON,
+                                      "--model.loss_chunk_rows", "24", "--training.steps", "2",
+                                      "--job.dump_folder", str(Path(tmp) / "chunked")], tmp)
+            got = losses(proc.stdout)
+            check(proc.returncode == 0 and not report and len(got) == 2 and
+                  all(abs(a - b) <= 1.5e-4 for a, b in zip(got, first_losses or [])),
+                  f"{model}, chunked loss head: losses {got}, exit {proc.returncode}"
                   f"{', ' + report.group(0) if report else ''} ({secs:.1f} s)")
             checkpoint = Path(tmp) / "none" / "checkpoint" / "step-2.safetensors"
             text = Path(tmp) / "val.txt"
