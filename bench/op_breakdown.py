@@ -34,7 +34,7 @@ CLASSES = {"linear": "matmul", "grouped_linear": "matmul", "attention": "attenti
            "rmsnorm": "pointwise", "rope": "pointwise", "silu_mul": "pointwise",
            "add": "pointwise", "moe_route": "MoE routing", "moe_dispatch": "MoE routing",
            "moe_combine": "MoE routing", "embedding": "embedding and loss",
-           "cross_entropy": "embedding and loss"}
+           "cross_entropy": "embedding and loss", "linear_cross_entropy": "embedding and loss"}
 SEGMENTS = ["matmul", "attention", "pointwise", "MoE routing", "embedding and loss",
             "recompute", "outside ops"]
 COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#d62728", "#7f7f7f"]

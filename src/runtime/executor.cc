@@ -198,12 +198,8 @@ void Executor::forward(const Node& node, int32_t index, bool recompute, const Ba
       b.output_dtypes.push_back(value.dtype);
     }
   }
-  Tensor workspace;
-  if (const int64_t bytes = backend_.forward_workspace_bytes(node); bytes > 0) {
-    workspace =
-        Tensor(*allocator_, {bytes / dtype_size(DType::kF32)}, MemoryCategory::kTemporaries);
-    b.workspace = workspace.data();
-  }
+  Tensor workspace = scratch(backend_.forward_workspace_bytes(node));
+  b.workspace = workspace.data();
   b.tokens = batch.inputs;
   b.targets = batch.targets;
   const int64_t flops = forward_flops(node);
@@ -228,6 +224,11 @@ void Executor::forward(const Node& node, int32_t index, bool recompute, const Ba
     if (live.defined()) continue;  // scratch: dropped with `outputs`
     live = std::move(outputs[o]);
   }
+}
+
+Tensor Executor::scratch(int64_t bytes) {
+  if (bytes <= 0) return Tensor();
+  return Tensor(*allocator_, {bytes / dtype_size(DType::kF32)}, MemoryCategory::kTemporaries);
 }
 
 void Executor::backward(const Step& step, const Batch& batch) {
@@ -284,12 +285,8 @@ void Executor::backward(const Step& step, const Batch& batch) {
       b.grad_output_dtype = DType::kBF16;
     }
   }
-  Tensor workspace;
-  if (const int64_t bytes = backend_.workspace_bytes(node); bytes > 0) {
-    workspace =
-        Tensor(*allocator_, {bytes / dtype_size(DType::kF32)}, MemoryCategory::kTemporaries);
-    b.workspace = workspace.data();
-  }
+  Tensor workspace = scratch(backend_.workspace_bytes(node));
+  b.workspace = workspace.data();
   b.tokens = batch.inputs;
   b.targets = batch.targets;
   ++counts_.backward_ops;

@@ -137,6 +137,8 @@ class Executor {
   // The gradient buffer of `v`, allocated on first use: zeroed, or left as it
   // is when `fresh` (its first writer overwrites it, OpBuffers).
   Tensor& grad_of(ValueId v, bool fresh);
+  // A kernel's scratch for one step, booked as temporaries (none for 0 bytes).
+  Tensor scratch(int64_t bytes);
   // The inputs of `node` whose gradient its backward is the first to write
   // and can take fresh.
   uint32_t fresh_grad_inputs(const Node& node) const;
