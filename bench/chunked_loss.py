@@ -77,8 +77,8 @@ def main():
     print(f"{machine()}, 2 threads, 1-minute load average {load_before:.1f} at the start")
 
     measured_header = ["| set-up | allocator peak MiB | `remat plan` MiB | peak vs whole "
-                       "| median tokens/s | tokens/s vs whole |",
-                       "|---|---:|---:|---:|---:|---:|"]
+                       "| median tokens/s | tokens/s vs whole | added recompute / model FLOPs |",
+                       "|---|---:|---:|---:|---:|---:|---:|"]
     print("\n".join(measured_header))
     measured = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -88,15 +88,18 @@ def main():
             for chunk in CHUNKS:
                 got, peak[chunk] = train(args.remat, chunk, args.steps, tmp)
                 tps[chunk].extend(got)
+        whole = plan(args.remat, *MEASURED)
         for chunk in CHUNKS:
             predicted = plan(args.remat, *MEASURED, "--model.loss_chunk_rows", str(chunk))
+            added = (predicted["recompute_flops"] - whole["recompute_flops"]) / \
+                predicted["model_flops"]
             median = statistics.median(tps[chunk])
             measured.append(
                 f"| {name_of(chunk)} | {peak[chunk] / 2**20:.1f} | "
                 f"{predicted['peak_bytes'] / 2**20:.1f}"
                 f"{'' if predicted['peak_bytes'] == peak[chunk] else ' (differs)'} | "
                 f"{peak[chunk] / peak[0]:.2f}x | {median:,.0f} | "
-                f"{median / statistics.median(tps[0]):.2f}x |")
+                f"{median / statistics.median(tps[0]):.2f}x | {100 * added:.1f}% |")
             print(measured[-1], flush=True)
 
     planned_header = ["| AC mode | set-up | planned peak GiB | peak vs whole | recompute TFLOP "
@@ -130,9 +133,10 @@ def main():
             f"{args.rounds} interleaved rounds of {args.steps} timed steps after {WARMUP} "
             "warm-up. Allocator peak: the metrics' peak_bytes, beside `remat plan`'s "
             "prediction for the same keys. Tokens/s: the median of the timed steps. The "
-            "rebuilt logits cost one more output-projection forward per step, which at this "
-            "vocabulary is a large share of the model's FLOPs (the output projection holds "
-            "8.4M of its 13.1M weights).",
+            "rebuilt logits cost one more output-projection forward per step; at this "
+            "vocabulary that is a large share of the model's FLOPs (last column: the "
+            "recompute FLOPs the chunks add, over the model's, from `remat plan`), so the "
+            "slowdown is to be read against it.",
             "", *measured_header, *measured, "",
             "Planned only (`remat plan`, no run): a Llama 3.2 1B-shaped model (dim 2048, 16 "
             "layers, 32 heads, 8 kv heads, vocabulary 128,256, FFN multiplier 1.5) at batch 4 x "
