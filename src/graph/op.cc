@@ -25,9 +25,16 @@ int64_t no_workspace(const OpAttrs&) { return 0; }
 int64_t matmul_flops(const OpAttrs& a) { return product({2, a.m, a.k, a.n}); }
 std::vector<Shape> rows_by_dim(const OpAttrs& a) { return {{a.rows, a.dim}}; }
 std::vector<Shape> m_by_n(const OpAttrs& a) { return {{a.m, a.n}}; }
-// One chunk of logits (linear_cross_entropy), f32.
+// linear_cross_entropy's forward: one chunk of logits, f32.
 int64_t loss_chunk_bytes(const OpAttrs& a) {
   return bytes_of(cpu::linear_cross_entropy_scratch_floats(a.m, a.n, a.chunk), DType::kF32);
+}
+// Its backward: the same, and under bf16 compute a bf16 copy of the chunk's
+// logit gradient for the bf16 GEMMs (whole floats: the executor books f32).
+int64_t loss_chunk_backward_bytes(const OpAttrs& a) {
+  const int64_t floats = cpu::linear_cross_entropy_scratch_floats(a.m, a.n, a.chunk);
+  const int64_t copy = a.compute == DType::kBF16 ? (floats + 1) / 2 : 0;
+  return bytes_of(floats + copy, DType::kF32);
 }
 
 // Indexed by OpKind: each row names its kind, checked at compile time.
@@ -128,8 +135,8 @@ constexpr OpInfo kOpTable[] = {
      .grad_in_place_of_input0 = false, .outputs_always_kept = false,
      .output_suffixes = {":out", ":lse"},
      .output_shapes = [](const OpAttrs& a) -> std::vector<Shape> { return {{1}, {a.m}}; },
-     .flops = matmul_flops, .workspace_bytes = loss_chunk_bytes, .fp32_outputs = 0b11,
-     .fp32_inputs = 0b1, .forward_workspace_bytes = loss_chunk_bytes,
+     .flops = matmul_flops, .workspace_bytes = loss_chunk_backward_bytes, .fp32_outputs = 0b11,
+     .fp32_inputs = 0b0, .forward_workspace_bytes = loss_chunk_bytes,
      .backward_recomputes_forward = true},
 };
 // clang-format on

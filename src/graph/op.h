@@ -79,6 +79,9 @@ struct OpAttrs {
   int64_t experts = 0, top_k = 0;  // MoE ops (rows = tokens, dim = D)
   bool sigmoid = false;            // MoE route: score function
   int64_t chunk = 0;               // linear_cross_entropy: rows of logits at a time
+  // The program's compute dtype (set_compute_dtype), for scratch sizes that
+  // depend on it.
+  DType compute = DType::kF32;
 };
 
 // One row of the op table.

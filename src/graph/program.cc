@@ -29,7 +29,8 @@ std::vector<int32_t> Program::consumers(ValueId v) const {
 void set_compute_dtype(Program& program, DType dtype) {
   program.compute_dtype = dtype;
   for (Value& v : program.values) v.dtype = dtype;
-  for (const Node& node : program.nodes) {
+  for (Node& node : program.nodes) {
+    node.attrs.compute = dtype;
     const OpInfo& info = op_info(node.kind);
     for (size_t o = 0; o < node.outputs.size(); ++o) {
       if (info.fp32_outputs >> o & 1u) program.values[node.outputs[o]].dtype = DType::kF32;

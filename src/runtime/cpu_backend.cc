@@ -58,6 +58,7 @@ class CpuBackend final : public Backend {
     switch (kind) {
       case OpKind::kLinear:
       case OpKind::kGroupedLinear:
+      case OpKind::kLinearCrossEntropy:
         return cpu::bf16_operands(cpu::bf16_gemm()) ? Bf16Use::kAll : Bf16Use::kActivations;
       case OpKind::kRmsNorm:
       case OpKind::kRope:

@@ -53,6 +53,41 @@ bool bf16_values(B b) {
 cpu::ActIn act_in(B b, size_t i) { return {b.inputs[i], bf16_input(b, i)}; }
 cpu::ActOut act_out(B b, size_t i) { return {b.outputs[i], bf16_output(b, i)}; }
 
+// The fused loss head's projection of one chunk of rows, on the operands
+// the executor hands it: bf16 x and weights on the bf16 GEMMs (the logit
+// gradient narrowed to bf16 behind the chunk in the backward's workspace,
+// as the unfused head's bf16 copy of dy), bf16 x with the fp32 weights on
+// the fallback, or fp32 (kLinear's three paths).
+cpu::LossHeadProjection loss_head(A a, B b, float* dx, float* dw) {
+  const int64_t k = a.k, n = a.n;
+  if (bf16_call(b)) {
+    const cpu::bf16* x = bf16_in(b.inputs[0]);
+    const cpu::bf16* w = bf16_in(b.params[0]);
+    auto* dy = reinterpret_cast<cpu::bf16*>(
+        b.workspace + cpu::linear_cross_entropy_scratch_floats(a.m, n, a.chunk));
+    return {[=](int64_t r0, int64_t m, float* logits) {
+              cpu::linear_bf16_forward(x + r0 * k, w, false, m, k, n, logits, false);
+            },
+            [=](int64_t r0, int64_t m, float* dlogits, uint32_t fresh) {
+              cpu::narrow_to_bf16(dlogits, m * n, dy);
+              cpu::linear_bf16_backward(dy, x + r0 * k, w, false, m, k, n, dx + r0 * k, dw,
+                                        (fresh & 2) != 0, (fresh & 1) != 0);
+            }};
+  }
+  if (bf16_input(b, 0)) {
+    const cpu::bf16* x = bf16_in(b.inputs[0]);
+    const float* w = b.params[0];
+    return {[=](int64_t r0, int64_t m, float* logits) {
+              cpu::linear_act_forward({x + r0 * k, true}, w, false, m, k, n, {logits, false});
+            },
+            [=](int64_t r0, int64_t m, float* dlogits, uint32_t fresh) {
+              cpu::linear_act_backward(dlogits, {x + r0 * k, true}, w, false, m, k, n, dx + r0 * k,
+                                       dw, fresh);
+            }};
+  }
+  return cpu::fp32_loss_head(b.inputs[0], b.params[0], k, n, dx, dw);
+}
+
 // Indexed by OpKind (checked at compile time). A backward's b.inputs are the
 // saved values in op.h's order; the comments name them.
 constexpr CpuKernels kCpuKernels[] = {
@@ -279,15 +314,16 @@ constexpr CpuKernels kCpuKernels[] = {
      0b1},
     {OpKind::kLinearCrossEntropy,
      [](A a, B b) {  // the forward workspace holds one chunk of logits
-       const double loss = cpu::linear_cross_entropy_forward(
-           b.inputs[0], b.params[0], b.targets, a.m, a.k, a.n, a.chunk, b.workspace, b.outputs[1]);
+       const double loss =
+           cpu::linear_cross_entropy_forward(loss_head(a, b, nullptr, nullptr), b.targets, a.m, a.n,
+                                             a.chunk, b.workspace, b.outputs[1]);
        b.outputs[0][0] = static_cast<float>(loss);
        return loss;
      },
      [](A a, B b) {  // saved: x, lse. Like cross-entropy, dloss = 1 (not read).
-       cpu::linear_cross_entropy_backward(b.inputs[0], b.params[0], b.targets, b.inputs[1], a.m,
-                                          a.k, a.n, a.chunk, b.workspace, b.grad_inputs[0],
-                                          b.grad_params[0], fresh_bits(b, 1));
+       cpu::linear_cross_entropy_backward(loss_head(a, b, b.grad_inputs[0], b.grad_params[0]),
+                                          b.targets, b.inputs[1], a.m, a.n, a.chunk, b.workspace,
+                                          fresh_bits(b, 1));
      },
      0b1},
 };

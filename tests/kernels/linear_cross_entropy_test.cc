@@ -61,14 +61,15 @@ Result fused(const Head& h, int64_t chunk, bool fresh, float start = 0.0f) {
   std::vector<float> scratch(linear_cross_entropy_scratch_floats(h.rows, h.vocab, chunk),
                              std::numeric_limits<float>::quiet_NaN());
   r.lse.resize(h.rows);
-  r.loss = linear_cross_entropy_forward(h.x.data(), h.w.data(), h.targets.data(), h.rows, h.dim,
-                                        h.vocab, chunk, scratch.data(), r.lse.data());
+  r.loss = linear_cross_entropy_forward(fp32_loss_head(h.x.data(), h.w.data(), h.dim, h.vocab),
+                                        h.targets.data(), h.rows, h.vocab, chunk, scratch.data(),
+                                        r.lse.data());
   const float init = fresh ? std::numeric_limits<float>::quiet_NaN() : start;
   r.dx.assign(h.rows * h.dim, init);
   r.dw.assign(h.vocab * h.dim, init);
-  linear_cross_entropy_backward(h.x.data(), h.w.data(), h.targets.data(), r.lse.data(), h.rows,
-                                h.dim, h.vocab, chunk, scratch.data(), r.dx.data(), r.dw.data(),
-                                fresh ? 0b11u : 0u);
+  linear_cross_entropy_backward(
+      fp32_loss_head(h.x.data(), h.w.data(), h.dim, h.vocab, r.dx.data(), r.dw.data()),
+      h.targets.data(), r.lse.data(), h.rows, h.vocab, chunk, scratch.data(), fresh ? 0b11u : 0u);
   return r;
 }
 
@@ -128,8 +129,8 @@ TEST(LinearCrossEntropy, BitsDoNotDependOnTheThreadCount) {
 TEST(LinearCrossEntropy, RejectsAChunkBelowOne) {
   const Head h(4, 4, 4);
   std::vector<float> scratch(16), lse(4);
-  EXPECT_THROW(linear_cross_entropy_forward(h.x.data(), h.w.data(), h.targets.data(), 4, 4, 4, 0,
-                                            scratch.data(), lse.data()),
+  EXPECT_THROW(linear_cross_entropy_forward(fp32_loss_head(h.x.data(), h.w.data(), 4, 4),
+                                            h.targets.data(), 4, 4, 0, scratch.data(), lse.data()),
                std::invalid_argument);
 }
 

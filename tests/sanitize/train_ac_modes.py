@@ -6,7 +6,7 @@ seq 32 (the models' full width, depth and vocabulary): 2 training steps in
 each AC mode (none, full, selective 2, selective op, memory_budget 0.5, auto
 with a memory.limit between the peaks of full and none, taken from
 `remat plan --json`), as 2 accumulated microbatches of 1 and with the
-chunked loss head, then eval of the last checkpoint and a one-step resume
+chunked loss head (fp32 and bf16), then eval of the last checkpoint and a one-step resume
 from it. Every run must exit 0 with finite losses and no sanitizer report;
 the binary must be the sanitized one (linked with libasan and libubsan), so
 this script cannot pass on a plain build.
@@ -116,6 +116,16 @@ def main():
             check(proc.returncode == 0 and not report and len(got) == 2 and
                   all(abs(a - b) <= 1.5e-4 for a, b in zip(got, first_losses or [])),
                   f"{model}, chunked loss head: losses {got}, exit {proc.returncode}"
+                  f"{', ' + report.group(0) if report else ''} ({secs:.1f} s)")
+            # ... and under bf16 mixed precision (its bf16 copy of the logit gradient).
+            proc, report, secs = run(["train", "--config", config, *COMMON,
+                                      "--model.loss_chunk_rows", "24", "--training.steps", "2",
+                                      "--training.mixed_precision_param", "bfloat16",
+                                      "--job.dump_folder", str(Path(tmp) / "chunked_bf16")], tmp)
+            got = losses(proc.stdout)
+            check(proc.returncode == 0 and not report and len(got) == 2 and
+                  all(math.isfinite(v) for v in got),
+                  f"{model}, chunked loss head in bf16: losses {got}, exit {proc.returncode}"
                   f"{', ' + report.group(0) if report else ''} ({secs:.1f} s)")
             checkpoint = Path(tmp) / "none" / "checkpoint" / "step-2.safetensors"
             text = Path(tmp) / "val.txt"

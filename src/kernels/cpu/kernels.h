@@ -183,21 +183,31 @@ void cross_entropy_backward_inplace(float* logits, const int32_t* targets, const
 
 // --- the output projection and the cross-entropy fused, `chunk` rows of
 // logits at a time: logits = x[rows, dim] @ w[vocab, dim]^T never exists
-// whole. scratch holds min(chunk, rows) x vocab floats. The forward returns
-// the mean loss (the bits of linear_forward + cross_entropy_forward) and
-// writes lse[rows]. The backward recomputes each chunk's logits, turns them
-// into their gradient (scale 1 / rows) and adds dx (+)= dlogits @ w, dw (+)=
-// dlogits^T @ x chunk by chunk, in row order. fresh: bit 0 dx, bit 1 dw.
+// whole. The projection of one chunk is the caller's (LossHeadProjection:
+// fp32 here, bf16 operands in runtime/cpu_ops.cc); scratch holds
+// min(chunk, rows) x vocab floats of logits. The forward returns the mean
+// loss and writes lse[rows]. The backward rebuilds each chunk's logits, turns
+// them into their gradient (scale 1 / rows) and hands it to the projection's
+// backward, which adds the chunk's dx rows and its share of dw.
 inline int64_t linear_cross_entropy_scratch_floats(int64_t rows, int64_t vocab, int64_t chunk) {
   return (rows < chunk ? rows : chunk) * vocab;
 }
-double linear_cross_entropy_forward(const float* x, const float* w, const int32_t* targets,
-                                    int64_t rows, int64_t dim, int64_t vocab, int64_t chunk,
-                                    float* scratch, float* lse);
-void linear_cross_entropy_backward(const float* x, const float* w, const int32_t* targets,
-                                   const float* lse, int64_t rows, int64_t dim, int64_t vocab,
-                                   int64_t chunk, float* scratch, float* dx, float* dw,
-                                   uint32_t fresh = 0);
+struct LossHeadProjection {
+  // logits[m, vocab] = x[r0 .. r0 + m) @ w^T
+  std::function<void(int64_t r0, int64_t m, float* logits)> forward;
+  // dx[r0 .. r0 + m) (+)= dlogits @ w ; dw (+)= dlogits^T @ x[r0 ..]. fresh:
+  // bit 0 dx, bit 1 dw (set for the first chunk only). dlogits may be reused.
+  std::function<void(int64_t r0, int64_t m, float* dlogits, uint32_t fresh)> backward;
+};
+double linear_cross_entropy_forward(const LossHeadProjection& projection, const int32_t* targets,
+                                    int64_t rows, int64_t vocab, int64_t chunk, float* scratch,
+                                    float* lse);
+void linear_cross_entropy_backward(const LossHeadProjection& projection, const int32_t* targets,
+                                   const float* lse, int64_t rows, int64_t vocab, int64_t chunk,
+                                   float* scratch, uint32_t fresh = 0);
+// The fp32 projection (linear_forward / linear_backward on fp32 x and w).
+LossHeadProjection fp32_loss_head(const float* x, const float* w, int64_t dim, int64_t vocab,
+                                  float* dx = nullptr, float* dw = nullptr);
 
 // --- optimizer helpers
 // Sum of squares in double, deterministic (fixed chunking, fixed order).
