@@ -4,7 +4,8 @@ Measured: llama3 debug with a 32,768-token vocabulary (dim 256, batch 8 x
 seq 256, selective op AC), where the logits (2048 x 32768 fp32, 256 MiB)
 dominate the step's memory: the logits whole against chunks of 1024, 512
 and 256 rows, in interleaved rounds so slow phases of a shared machine hit
-them alike. Per set-up: the allocator peak (the metrics' peak_bytes, what
+them alike, in fp32 and in bf16 mixed precision (whole against 1024-row
+chunks). Per set-up: the allocator peak (the metrics' peak_bytes, what
 memory.limit bounds) beside `remat plan`'s prediction for it, and the median
 tokens/s of the timed steps with its ratio to the whole logits.
 
@@ -30,7 +31,9 @@ from benchmarks_file import machine, markers, replace_section
 
 MEASURED = ["--config", "configs/llama3_debug.toml", "--model.vocab_size", "32768",
             "--training.local_batch_size", "8", "--training.seq_len", "256"]
-CHUNKS = [0, 1024, 512, 256]
+BF16 = ["--training.mixed_precision_param", "bfloat16"]
+# (dtype, chunk rows): each row's ratios are against its dtype's whole logits.
+SETUPS = [("fp32", 0), ("fp32", 1024), ("fp32", 512), ("fp32", 256), ("bf16", 0), ("bf16", 1024)]
 PLANNED = ["--config", "configs/llama3_debug.toml", "--model.flavor", "8B", "--model.dim", "2048",
            "--model.n_layers", "16", "--model.n_heads", "32", "--model.n_kv_heads", "8",
            "--model.ffn_dim_multiplier", "1.5", "--model.multiple_of", "256",
@@ -51,16 +54,19 @@ def plan(remat, *args):
     return json.loads(proc.stdout)["configured"]
 
 
-def train(remat, chunk, steps, tmp):
+def setup_flags(dtype, chunk):
+    return [*MEASURED, "--model.loss_chunk_rows", str(chunk), *(BF16 if dtype == "bf16" else [])]
+
+
+def train(remat, setup, steps, tmp):
     """The timed steps' tokens/s and the run's allocator peak in bytes."""
     metrics = os.path.join(tmp, "m.jsonl")
     if os.path.exists(metrics):
         os.remove(metrics)
-    subprocess.run([remat, "train", *MEASURED, "--model.loss_chunk_rows", str(chunk),
-                    "--training.steps", str(steps + WARMUP), "--metrics.log_freq", "1",
-                    "--metrics.jsonl_path", metrics, "--job.dump_folder", tmp,
-                    "--training.threads", "2", "--validation.enabled", "false"],
-                   check=True, capture_output=True)
+    subprocess.run([remat, "train", *setup_flags(*setup), "--training.steps", str(steps + WARMUP),
+                    "--metrics.log_freq", "1", "--metrics.jsonl_path", metrics,
+                    "--job.dump_folder", tmp, "--training.threads", "2",
+                    "--validation.enabled", "false"], check=True, capture_output=True)
     rows = [json.loads(line) for line in open(metrics)]
     return [r["tps"] for r in rows[WARMUP:]], max(r["peak_bytes"] for r in rows)
 
@@ -76,30 +82,32 @@ def main():
     load_before = os.getloadavg()[0]
     print(f"{machine()}, 2 threads, 1-minute load average {load_before:.1f} at the start")
 
-    measured_header = ["| set-up | allocator peak MiB | `remat plan` MiB | peak vs whole "
+    measured_header = ["| dtype | set-up | allocator peak MiB | `remat plan` MiB | peak vs whole "
                        "| median tokens/s | tokens/s vs whole | added recompute / model FLOPs |",
-                       "|---|---:|---:|---:|---:|---:|---:|"]
+                       "|---|---|---:|---:|---:|---:|---:|---:|"]
     print("\n".join(measured_header))
     measured = []
     with tempfile.TemporaryDirectory() as tmp:
-        tps = {c: [] for c in CHUNKS}
+        tps = {setup: [] for setup in SETUPS}
         peak = {}
         for _ in range(args.rounds):
-            for chunk in CHUNKS:
-                got, peak[chunk] = train(args.remat, chunk, args.steps, tmp)
-                tps[chunk].extend(got)
-        whole = plan(args.remat, *MEASURED)
-        for chunk in CHUNKS:
-            predicted = plan(args.remat, *MEASURED, "--model.loss_chunk_rows", str(chunk))
-            added = (predicted["recompute_flops"] - whole["recompute_flops"]) / \
+            for setup in SETUPS:
+                got, peak[setup] = train(args.remat, setup, args.steps, tmp)
+                tps[setup].extend(got)
+        for setup in SETUPS:
+            dtype, chunk = setup
+            whole = (dtype, 0)
+            predicted = plan(args.remat, *setup_flags(*setup))
+            base = plan(args.remat, *setup_flags(*whole))
+            added = (predicted["recompute_flops"] - base["recompute_flops"]) / \
                 predicted["model_flops"]
-            median = statistics.median(tps[chunk])
+            median = statistics.median(tps[setup])
             measured.append(
-                f"| {name_of(chunk)} | {peak[chunk] / 2**20:.1f} | "
+                f"| {dtype} | {name_of(chunk)} | {peak[setup] / 2**20:.1f} | "
                 f"{predicted['peak_bytes'] / 2**20:.1f}"
-                f"{'' if predicted['peak_bytes'] == peak[chunk] else ' (differs)'} | "
-                f"{peak[chunk] / peak[0]:.2f}x | {median:,.0f} | "
-                f"{median / statistics.median(tps[0]):.2f}x | {100 * added:.1f}% |")
+                f"{'' if predicted['peak_bytes'] == peak[setup] else ' (differs)'} | "
+                f"{peak[setup] / peak[whole]:.2f}x | {median:,.0f} | "
+                f"{median / statistics.median(tps[whole]):.2f}x | {100 * added:.1f}% |")
             print(measured[-1], flush=True)
 
     planned_header = ["| AC mode | set-up | planned peak GiB | peak vs whole | recompute TFLOP "
@@ -129,7 +137,8 @@ def main():
             f"2 threads, {stamp}, 1-minute load average {load_before:.1f} at the start and "
             f"{load_after:.1f} at the end. llama3 debug with a 32,768-token vocabulary "
             "(`--model.vocab_size 32768`), batch 8 x seq 256, selective op AC: the logits "
-            "(2048 x 32768 fp32, 256 MiB) whole against `model.loss_chunk_rows` chunks; "
+            "(2048 x 32768 fp32, 256 MiB) whole against `model.loss_chunk_rows` chunks, in fp32 "
+            "and under `training.mixed_precision_param = \"bfloat16\"`; "
             f"{args.rounds} interleaved rounds of {args.steps} timed steps after {WARMUP} "
             "warm-up. Allocator peak: the metrics' peak_bytes, beside `remat plan`'s "
             "prediction for the same keys. Tokens/s: the median of the timed steps. The "
