@@ -111,10 +111,25 @@ BudgetPlan make_budget_plan(const AcOptions& options, const JobConfig& config,
         hi = mid - 1;
       }
     }
-    const std::string advice =
+    std::string advice =
         lo >= 1 ? "training.local_batch_size = " + std::to_string(lo) + " would fit"
                 : "no batch size fits at this seq_len; use a shorter sequence, sharding or more "
                   "memory";
+    // The logits kept whole may be what does not fit: the fused loss head
+    // at this batch, if it does.
+    if (config.model.loss_chunk_rows == 0 &&
+        program.batch * program.seq > kSuggestedLossChunkRows) {
+      JobConfig::Model chunked = config.model;
+      chunked.loss_chunk_rows = kSuggestedLossChunkRows;
+      const int64_t reach = min_peak(budget_problem(
+          build_model(chunked, program.batch, program.seq).program, planner, flop_cost));
+      if (reach <= result.budget) {
+        advice = "model.loss_chunk_rows = " + std::to_string(kSuggestedLossChunkRows) +
+                 " would fit at this batch (the loss head fused, its logits made that many "
+                 "rows at a time; smallest peak " +
+                 bytes_text(reach) + "), or " + advice;
+      }
+    }
     throw InputError("activation_checkpoint: no plan fits " + result.budget_source + " = " +
                      bytes_text(result.budget) + "; the smallest peak any plan reaches is " +
                      bytes_text(min_peak(problem)) + "; " + advice);

@@ -43,6 +43,12 @@ int64_t resolve_budget(const AcOptions& options, const JobConfig& config, const 
 
 // Solves for the configured budget. InputError when no plan fits: it names
 // the smallest peak reachable and a batch size that would fit.
+// The chunk of the loss head (model.loss_chunk_rows) the planner suggests
+// where the logits kept whole keep a plan from fitting: large enough that
+// the output GEMMs keep their rate, small against the logits of any
+// long-sequence batch.
+constexpr int64_t kSuggestedLossChunkRows = 1024;
+
 BudgetPlan make_budget_plan(const AcOptions& options, const JobConfig& config,
                             const Program& program, const PlannerOptions& planner);
 

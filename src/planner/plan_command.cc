@@ -216,9 +216,7 @@ struct PlanReport {
   double seconds = 0;
 };
 
-// The chunk the hint prices: large enough that the output GEMMs keep their
-// rate, small against the logits of any long-sequence batch.
-constexpr int64_t kHintChunkRows = 1024;
+constexpr int64_t kHintChunkRows = kSuggestedLossChunkRows;
 
 std::optional<Prediction> chunked_loss_hint(const JobConfig& config, const PlanReport& r) {
   const auto& t = config.training;
@@ -405,13 +403,17 @@ void print_text(const PlanReport& r, const JobConfig& config, const PlanCommandO
   if (r.chunked_loss) {
     const double saved = 1.0 - static_cast<double>(r.chunked_loss->peak_bytes) /
                                    static_cast<double>(r.chosen.peak_bytes);
+    // A budget mode may re-plan the blocks with the room the logits leave:
+    // the difference can go either way.
+    const double extra =
+        static_cast<double>(r.chunked_loss->recompute_flops - r.chosen.recompute_flops) / 1e12;
     std::printf(
         "  hint: model.loss_chunk_rows = %lld (the loss head fused, its logits made %lld rows at "
-        "a time) plans %s GiB, %.1f%% below the configured peak, for %.3f TFLOP more "
+        "a time) plans %s GiB, %.1f%% below the configured peak, with %.3f TFLOP %s "
         "recompute per step\n",
         static_cast<long long>(kHintChunkRows), static_cast<long long>(kHintChunkRows),
-        gib(r.chunked_loss->peak_bytes).c_str(), 100.0 * saved,
-        static_cast<double>(r.chunked_loss->recompute_flops - r.chosen.recompute_flops) / 1e12);
+        gib(r.chunked_loss->peak_bytes).c_str(), 100.0 * saved, extra < 0 ? -extra : extra,
+        extra < 0 ? "less" : "more");
   }
   const char* unit = r.measured ? "s" : "FLOPs";
   print_budget_report(r.budget_mode ? &r.budget : nullptr, r.at_fixed, r.cost_note, unit);

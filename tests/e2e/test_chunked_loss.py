@@ -14,7 +14,8 @@
   output projection's forward share, where the unfused run has hfu = mfu.
 - The matmul log still lists the output projection.
 - `remat plan` with the logits whole prices 1024-row chunks as a hint: the
-  hint's peak is what planning with the key gives.
+  hint's peak is what planning with the key gives; a memory budget only the
+  fused head reaches is refused naming the key, and fits with it.
 - Generation reads the logits: `remat generate` gives the same tokens with
   and without the key, from a checkpoint the fused head trained.
 
@@ -186,6 +187,27 @@ def test_plan_hint():
     text = subprocess.run([REMAT, "plan", *big[:-1]], capture_output=True, text=True, timeout=300)
     check("hint: model.loss_chunk_rows = 1024" in text.stdout,
           "the text plan prints the hint")
+
+    # A memory budget below every plan with the logits whole, above the
+    # fused head's smallest: the refusal names the key, and with it the
+    # budget plan fits.
+    full = ["--activation_checkpoint.mode", "full"]
+    lowest = [json.loads(subprocess.run([REMAT, "plan", *big, *full, *extra], capture_output=True,
+                                        text=True, timeout=300).stdout)["configured"]["peak_bytes"]
+              for extra in ([], ["--model.loss_chunk_rows", "1024"])]
+    budget = (lowest[0] + lowest[1]) // 2
+    flags = ["--activation_checkpoint.mode", "memory_budget", "--activation_checkpoint.memory_budget",
+             f"{budget}B"]
+    refused = subprocess.run([REMAT, "plan", *big[:-1], *flags], capture_output=True, text=True,
+                             timeout=300)
+    fits = subprocess.run([REMAT, "plan", *big, *flags, "--model.loss_chunk_rows", "1024"],
+                          capture_output=True, text=True, timeout=300)
+    peak = json.loads(fits.stdout)["configured"]["peak_bytes"] if fits.returncode == 0 else None
+    check(lowest[1] < lowest[0] and refused.returncode == 2 and
+          "model.loss_chunk_rows = 1024 would fit at this batch" in refused.stderr and
+          peak is not None and peak <= budget,
+          f"a budget between the lowest peaks ({lowest}) is refused naming the key, and fits "
+          f"with it: {refused.stderr.strip()[-200:]!r}, {peak}")
 
 
 def main():
