@@ -5,7 +5,7 @@
 // linear_act_* on bf16 activations with fp32 weights and dy. Rows = batch 4
 // x seq 1024; dim 1024, FFN hidden 2816.
 //
-//   ninja -C build gemm_rates && build/gemm_rates [threads]
+//   ninja -C build gemm_rates && build/gemm_rates [threads [rows dim hidden]]
 //   REMAT_BF16_KERNEL=fallback build/gemm_rates [threads]
 //   REMAT_MAX_ISA=avx2 OPENBLAS_CORETYPE=Haswell build/gemm_rates [threads]  (an AVX2 CPU)
 //
@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <functional>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kernels/cpu/bf16.h"
@@ -63,10 +64,16 @@ float identity(float x) { return x; }
 int main(int argc, char** argv) {
   const int threads = argc > 1 ? std::atoi(argv[1]) : 2;
   remat::cpu::set_num_threads(threads);
-  const int64_t m = 4 * 1024;
-  const Shape shapes[] = {{"wq/wk/wv/wo 1024x1024", 1024, 1024, 4},
-                          {"w1/w3 1024->2816", 1024, 2816, 2},
-                          {"w2 2816->1024", 2816, 1024, 1}};
+  // Optional rows, dim and FFN hidden: `build/gemm_rates 2 2048 256 768` is
+  // the debug model's block at batch 8 x seq 256.
+  const int64_t m = argc > 2 ? std::atoll(argv[2]) : 4 * 1024;
+  const int64_t dim = argc > 3 ? std::atoll(argv[3]) : 1024;
+  const int64_t hidden = argc > 4 ? std::atoll(argv[4]) : 2816;
+  const std::string attn = "wq/wk/wv/wo " + std::to_string(dim) + "x" + std::to_string(dim),
+                    up = "w1/w3 " + std::to_string(dim) + "->" + std::to_string(hidden),
+                    down = "w2 " + std::to_string(hidden) + "->" + std::to_string(dim);
+  const Shape shapes[] = {
+      {attn.c_str(), dim, dim, 4}, {up.c_str(), dim, hidden, 2}, {down.c_str(), hidden, dim, 1}};
   std::printf("rows %lld, %d threads, bf16 matmuls on %s\n", static_cast<long long>(m), threads,
               remat::cpu::to_string(remat::cpu::bf16_gemm()));
   std::printf("%-24s %-8s %12s %12s %7s\n", "shape", "pass", "fp32 GF/s", "bf16 GF/s", "ratio");
