@@ -27,7 +27,7 @@ void check_same_parameters(const Program& decoding, const Program& state) {
 // Decoding reads the logits themselves: the unfused output head, whatever
 // training used (model.loss_chunk_rows; the parameters are the same).
 JobConfig::Model with_whole_logits(JobConfig::Model model) {
-  model.loss_chunk_rows = 0;
+  model.loss_chunk_rows = NumberOrAuto{};
   return model;
 }
 

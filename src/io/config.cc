@@ -840,8 +840,12 @@ void validate_model_and_training(const JobConfig& c, Validator& v) {
       t.global_batch_size == -1 || (t.global_batch_size > 0 && t.global_batch_size <= kMaxTokenDim),
       "training.global_batch_size",
       "-1 (local_batch_size x data-parallel ranks) or an integer in [1, 16777216 (2^24)]");
-  v.require(m.loss_chunk_rows >= 0 && m.loss_chunk_rows <= kMaxTokenDim, "model.loss_chunk_rows",
-            "an integer in [0, 16777216 (2^24)] (0: the logits kept whole)");
+  const NumberOrAuto& rows = m.loss_chunk_rows;
+  v.require(rows.automatic || (rows.value >= 0 && rows.value <= kMaxTokenDim &&
+                               rows.value == std::floor(rows.value)),
+            "model.loss_chunk_rows",
+            "an integer in [0, 16777216 (2^24)] (0: the logits kept whole) or \"auto\" (whole "
+            "or 1024-row chunks, whichever the planner finds fits with less recompute)");
   const int64_t max_threads = max_training_threads();
   v.require(t.threads <= max_threads, "training.threads",
             "an integer in [0, " + std::to_string(max_threads) +

@@ -51,8 +51,10 @@ struct JobConfig {
     int64_t interleave_moe_layer_step = 0;
     std::string score_func;  // "" (flavor's), "softmax", "sigmoid"
     // > 0: the output projection and the loss run fused, this many rows of
-    // logits at a time, rebuilt in the backward instead of kept; 0: whole.
-    int64_t loss_chunk_rows = 0;
+    // logits at a time, rebuilt in the backward instead of kept; 0: whole;
+    // "auto": the planner picks whole or 1024-row chunks for the run
+    // (planner/setup.h). Always a whole number when not "auto".
+    NumberOrAuto loss_chunk_rows;
   } model;
   struct Training {
     int64_t local_batch_size = 8;

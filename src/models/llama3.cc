@@ -41,7 +41,10 @@ TransformerArgs resolve_llama3_args(const JobConfig::Model& model) {
   if (model.vocab_size > 0) args.vocab_size = model.vocab_size;
   if (model.ffn_dim_multiplier > 0) args.ffn_dim_multiplier = model.ffn_dim_multiplier;
   if (model.multiple_of > 0) args.multiple_of = model.multiple_of;
-  args.loss_chunk_rows = model.loss_chunk_rows;
+  // "auto" is make_setup's to resolve (planner/setup.h) before it builds the
+  // run's program; any other program built from it keeps the logits whole.
+  args.loss_chunk_rows =
+      model.loss_chunk_rows.automatic ? 0 : static_cast<int64_t>(model.loss_chunk_rows.value);
   require(model.dim >= 0 && model.n_layers >= 0 && model.n_heads >= 0 && model.n_kv_heads >= 0 &&
               model.vocab_size >= 0 && model.multiple_of >= 0,
           "model sizes (dim, n_layers, n_heads, n_kv_heads, vocab_size, multiple_of) "

@@ -120,7 +120,7 @@ BudgetPlan make_budget_plan(const AcOptions& options, const JobConfig& config,
     if (config.model.loss_chunk_rows == 0 &&
         program.batch * program.seq > kSuggestedLossChunkRows) {
       JobConfig::Model chunked = config.model;
-      chunked.loss_chunk_rows = kSuggestedLossChunkRows;
+      chunked.loss_chunk_rows = NumberOrAuto{static_cast<double>(kSuggestedLossChunkRows), false};
       const int64_t reach = min_peak(budget_problem(
           build_model(chunked, program.batch, program.seq).program, planner, flop_cost));
       if (reach <= result.budget) {

@@ -213,6 +213,10 @@ struct PlanReport {
   // head instead (model.loss_chunk_rows = kHintChunkRows), when it plans a
   // peak at least 1% lower.
   std::optional<Prediction> chunked_loss;
+  // model.loss_chunk_rows = "auto": what the planner chose, and why.
+  bool loss_head_auto = false;
+  int64_t loss_chunk_rows = 0;
+  std::string loss_head_why;
   double seconds = 0;
 };
 
@@ -220,11 +224,11 @@ constexpr int64_t kHintChunkRows = kSuggestedLossChunkRows;
 
 std::optional<Prediction> chunked_loss_hint(const JobConfig& config, const PlanReport& r) {
   const auto& t = config.training;
-  if (config.model.loss_chunk_rows > 0 || t.local_batch_size * t.seq_len <= kHintChunkRows) {
+  if (!(config.model.loss_chunk_rows == 0) || t.local_batch_size * t.seq_len <= kHintChunkRows) {
     return std::nullopt;
   }
   JobConfig chunked = config;
-  chunked.model.loss_chunk_rows = kHintChunkRows;
+  chunked.model.loss_chunk_rows = NumberOrAuto{static_cast<double>(kHintChunkRows), false};
   const Setup setup = make_setup(chunked, t.local_batch_size, Pass::kTraining, r.planner);
   Prediction p = predict(setup.program(), setup.ac.plan, r.planner);
   if (static_cast<double>(p.peak_bytes) > 0.99 * static_cast<double>(r.chosen.peak_bytes)) {
@@ -247,12 +251,17 @@ ParetoAxis pareto_axis(const JobConfig& config, const Program& program, const Pr
           "a step without recompute"};
 }
 
-PlanReport make_report(const JobConfig& config, const PlanCommandOptions& options) {
+PlanReport make_report(const JobConfig& configured, const PlanCommandOptions& options) {
   const auto start = std::chrono::steady_clock::now();
-  const auto& t = config.training;
+  const auto& t = configured.training;
   PlanReport r;
-  r.planner = planner_options_from_config(config);
-  const Setup setup = make_setup(config, t.local_batch_size, Pass::kTraining, r.planner);
+  r.planner = planner_options_from_config(configured);
+  const Setup setup = make_setup(configured, t.local_batch_size, Pass::kTraining, r.planner);
+  r.loss_head_auto = configured.model.loss_chunk_rows.automatic;
+  r.loss_chunk_rows = setup.loss_chunk_rows;
+  r.loss_head_why = setup.loss_head_why;
+  // Everything below prices the program the run builds: "auto" resolved.
+  const JobConfig config = with_resolved_loss_head(configured, setup);
   r.model = setup.model;
   const Program& program = r.model.program;
   r.configured = setup.ac.options;
@@ -292,7 +301,7 @@ PlanReport make_report(const JobConfig& config, const PlanCommandOptions& option
     r.validation = predict_validation(forward.program(), forward.ac.plan);
     r.cpu_training_peak = predict(program, r.configured_plan, PlannerOptions{}).peak_bytes;
   }
-  r.chunked_loss = chunked_loss_hint(config, r);
+  r.chunked_loss = chunked_loss_hint(configured, r);  // none once "auto" has chosen
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return r;
 }
@@ -358,6 +367,8 @@ void print_json(const PlanReport& r, const JobConfig& config, const PlanCommandO
   if (options.matmuls) {
     j["matmul_table"] = format_matmul_table(r.model.program, r.configured_plan, true);
   }
+  j["loss_head"] = {{"loss_chunk_rows", r.loss_chunk_rows}, {"auto", r.loss_head_auto}};
+  if (r.loss_head_auto) j["loss_head"]["why"] = r.loss_head_why;
   j["chunked_loss_hint"] = nullptr;
   if (r.chunked_loss) {
     j["chunked_loss_hint"] = {{"loss_chunk_rows", kHintChunkRows},
@@ -391,6 +402,7 @@ void print_text(const PlanReport& r, const JobConfig& config, const PlanCommandO
   std::printf("  memory at the peak moment, per device (GiB); * = the configured mode\n");
   std::fputs(format_table(r.rows, r.configured_row).c_str(), stdout);
   std::printf("  configured: %s\n", r.chosen.mode.c_str());
+  if (r.loss_head_auto) std::printf("  loss head: %s\n", r.loss_head_why.c_str());
   if (r.validation) {
     std::printf(
         "  validation every %lld steps (forward only, batch 1, %s): peak %s (%lld bytes) on the "
@@ -467,7 +479,8 @@ int run_plan(JobConfig config, const PlanCommandOptions& options) {
   return 0;
 }
 
-void check_run_fits(const JobConfig& config, const Setup& setup) {
+void check_run_fits(const JobConfig& as_given, const Setup& setup) {
+  const JobConfig config = with_resolved_loss_head(as_given, setup);
   const auto& t = config.training;
   const int64_t available = available_memory(config);
   PlannerOptions cpu;  // the CPU engine: fp32, one rank or sharded over the ranks

@@ -38,6 +38,11 @@ struct Setup {
   BuiltModel model;
   Pass pass;
   AcChoice ac;  // kForwardOnly: only `plan` is set
+  // The loss head the program runs: model.loss_chunk_rows as configured, or
+  // as "auto" resolved (0: the logits whole). `loss_head_why` says what
+  // "auto" chose and why; empty for a configured number.
+  int64_t loss_chunk_rows = 0;
+  std::string loss_head_why;
 
   const Program& program() const { return model.program; }
 };
@@ -49,10 +54,25 @@ struct Setup {
 // (planner.h).
 bool runs_bf16(const JobConfig& config, const PlannerOptions& planner);
 
+// model.loss_chunk_rows = "auto", for a training step: the program with the
+// logits whole and the one with kSuggestedLossChunkRows-row chunks, each
+// with its configured plan. Modes memory_budget and auto keep the one whose
+// plan fits the budget at the lower cost (the chunked head's cost counts its
+// rebuilt logits: one more output-projection forward, under the cost
+// model); the fixed modes keep the logits whole unless their peak exceeds
+// the memory available (memory.limit or physical RAM) and the chunks lower
+// it. Whole where one chunk would hold every row, and for a forward-only
+// pass (nothing is kept for a backward).
+//
 // InputError for a model the config does not describe, or a plan that cannot
 // be made. `planner` is the set-up the plan is solved for (the CPU engine's
 // by default; `remat plan` passes the configured devices).
 Setup make_setup(const JobConfig& config, int64_t batch, Pass pass,
                  const PlannerOptions& planner = PlannerOptions{});
+
+// The config with model.loss_chunk_rows as `setup` resolved it: what the
+// commands hand on to everything else that builds the model (calibration,
+// batch advice, validation), so that all of it prices the program that runs.
+JobConfig with_resolved_loss_head(const JobConfig& config, const Setup& setup);
 
 }  // namespace remat

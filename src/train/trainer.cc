@@ -239,6 +239,7 @@ void print_model(const ModelSummary& s, const Program& program) {
 // AC plan, with the plan's warnings (and its matmul table when asked).
 void print_setup(const JobConfig& config, const Setup& setup) {
   print_model(setup.model.summary, setup.program());
+  if (!setup.loss_head_why.empty()) std::printf("loss head: %s\n", setup.loss_head_why.c_str());
   std::printf("activation checkpointing: %s\n", setup.ac.plan.description.c_str());
   for (const std::string& w : setup.ac.plan.warnings) std::printf("warning: %s\n", w.c_str());
   if (config.activation_checkpoint.log_mm_flops) {

@@ -18,6 +18,12 @@
   fused head reaches is refused naming the key, and fits with it.
 - Generation reads the logits: `remat generate` gives the same tokens with
   and without the key, from a checkpoint the fused head trained.
+- `model.loss_chunk_rows = "auto"` chooses what the planner says: whole
+  logits where they fit at no more cost, 1024-row chunks under a memory.limit
+  only they fit, or a budget where their rebuilt logits cost less recompute
+  than the blocks' (each checked against planning both heads by hand at the
+  same bytes); a training run with it runs the chosen program's bits and the
+  plan's peak.
 
 Usage: test_chunked_loss.py <path-to-remat>
 """
@@ -210,6 +216,78 @@ def test_plan_hint():
           f"with it: {refused.stderr.strip()[-200:]!r}, {peak}")
 
 
+PLANNED_1B = ["--config", config_of("llama3"), "--model.flavor", "8B", "--model.dim", "2048",
+              "--model.n_layers", "16", "--model.n_heads", "32", "--model.n_kv_heads", "8",
+              "--model.ffn_dim_multiplier", "1.5", "--model.multiple_of", "256",
+              "--training.local_batch_size", "4", "--training.seq_len", "4096"]
+
+
+def plan_json(*args):
+    proc = subprocess.run([REMAT, "plan", *args, "--json"], capture_output=True, text=True,
+                          timeout=300)
+    return json.loads(proc.stdout) if proc.returncode == 0 else {"stderr": proc.stderr}
+
+
+def test_auto_plans():
+    """"auto" against both heads planned by hand at the same bytes."""
+    big = ["--config", config_of("llama3"), "--model.vocab_size", "32768",
+           "--training.local_batch_size", "8", "--training.seq_len", "256"]
+    auto = ["--model.loss_chunk_rows", "auto"]
+    by_hand = {rows: plan_json(*big, "--model.loss_chunk_rows", str(rows)) for rows in (0, 1024)}
+    peaks = {rows: j["configured"]["peak_bytes"] for rows, j in by_hand.items()}
+    chosen = plan_json(*big, *auto)
+    check(chosen.get("loss_head", {}).get("loss_chunk_rows") == 0 and
+          chosen["configured"]["peak_bytes"] == peaks[0] and
+          chosen.get("chunked_loss_hint", 0) is None,
+          f"auto, selective op, no limit: the logits whole, as planned by hand, and no hint: "
+          f"{chosen.get('loss_head')}")
+    limit = f"{(peaks[0] + peaks[1024]) // 2}B"
+    chosen = plan_json(*big, *auto, "--memory.limit", limit)
+    check(peaks[1024] < peaks[0] and chosen.get("loss_head", {}).get("loss_chunk_rows") == 1024 and
+          chosen["configured"]["peak_bytes"] == peaks[1024],
+          f"auto, selective op, memory.limit between the heads' peaks ({peaks}): 1024-row "
+          f"chunks: {chosen.get('loss_head')}")
+
+    # Budgets: a fraction of the whole model's range, then the chunked and
+    # the whole plans solved by hand for the bytes it names; auto must be the
+    # one with less recompute (the rebuilt logits counted).
+    for fraction, expect in (("0.01", 1024), ("0.5", 0)):
+        flags = ["--activation_checkpoint.mode", "memory_budget",
+                 "--activation_checkpoint.memory_budget", fraction]
+        chosen = plan_json(*PLANNED_1B, *flags, *auto)
+        whole = plan_json(*PLANNED_1B, *flags, "--model.loss_chunk_rows", "0")
+        budget = whole.get("budget", {}).get("budget_bytes")
+        by_bytes = ["--activation_checkpoint.mode", "memory_budget",
+                    "--activation_checkpoint.memory_budget", f"{budget}B"]
+        fused = plan_json(*PLANNED_1B, *by_bytes, "--model.loss_chunk_rows", "1024")
+        costs = {0: whole["configured"]["recompute_flops"],
+                 1024: fused["configured"]["recompute_flops"]}
+        best = min(costs, key=costs.get)
+        check(best == expect and chosen.get("loss_head", {}).get("loss_chunk_rows") == best and
+              chosen["configured"]["recompute_flops"] == costs[best] and
+              chosen["configured"]["peak_bytes"] <= budget,
+              f"auto, memory_budget {fraction} of a 1B-shaped model ({budget} bytes): the head "
+              f"with less recompute ({costs}): {chosen.get('loss_head')}")
+
+
+def test_auto_training(tmp):
+    """A run with "auto" under a limit only the chunked head fits runs the
+    chunked program: its bits, and the plan's peak."""
+    rows = ["--training.local_batch_size", "8", "--training.seq_len", "256"]  # 2048 rows
+    peaks = {n: planned_peak("llama3", *rows, "--model.loss_chunk_rows", str(n))
+             for n in (0, 1024)}
+    limit = ["--memory.limit", f"{(peaks[0] + peaks[1024]) // 2}B"]
+    auto = ["--model.loss_chunk_rows", "auto"]
+    out, chosen = train(tmp, "llama3", "auto", *rows, *limit, *auto)
+    _, explicit = train(tmp, "llama3", "auto_by_hand", *rows, "--model.loss_chunk_rows", "1024")
+    planned = planned_peak("llama3", *rows, *limit, *auto)
+    check(out is not None and "loss head: fused with the loss, its logits 1024 rows" in out and
+          same_bits(chosen, explicit) and {chosen[s]["peak_bytes"] for s in chosen} == {planned}
+          and planned == peaks[1024] < peaks[0],
+          f"training with auto under memory.limit between the peaks {peaks}: the chunked head's "
+          f"bits and the plan's peak {planned}")
+
+
 def main():
     with tempfile.TemporaryDirectory(prefix="remat-chunked-loss-") as tmp:
         tmp = Path(tmp)
@@ -219,6 +297,8 @@ def main():
         test_matmul_log(tmp)
         test_generate(tmp)
         test_plan_hint()
+        test_auto_plans()
+        test_auto_training(tmp)
     if failures:
         print(f"{len(failures)} check(s) failed")
         sys.exit(1)

@@ -55,6 +55,7 @@ TEST(Config, DefaultsMatchTheSpec) {
   EXPECT_EQ(c.model.tokenizer, "byte");
   EXPECT_EQ(c.model.loss_chunk_rows, 0);  // the logits kept whole, as torchtitan does
   EXPECT_EQ(parse("[model]\nloss_chunk_rows = 1024\n").model.loss_chunk_rows, 1024);
+  EXPECT_TRUE(parse("[model]\nloss_chunk_rows = \"auto\"\n").model.loss_chunk_rows.automatic);
   EXPECT_EQ(c.training.local_batch_size, 8);
   EXPECT_EQ(c.training.global_batch_size, -1);  // torchtitan's: local x data-parallel ranks
   EXPECT_EQ(parse("[training]\nglobal_batch_size = 64\n").training.global_batch_size, 64);
