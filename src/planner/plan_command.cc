@@ -155,6 +155,7 @@ int run_maximize_throughput(const JobConfig& config, const PlannerOptions& plann
     for (const ThroughputChoice& c : choices) {
       j.push_back({{"local_batch_size", c.batch},
                    {"microbatches", c.microbatches},
+                   {"loss_chunk_rows", c.loss_chunk_rows},
                    {"peak_bytes", c.peak_bytes},
                    {"recompute_seconds", c.recompute_seconds},
                    {"step_seconds", c.step_seconds},

@@ -56,27 +56,45 @@ std::vector<ThroughputChoice> maximize_throughput(const JobConfig& config,
   const std::vector<int64_t> batches =
       fixed_global ? dividing_batches(config, kMostBatch) : candidate_batches(kMostBatch);
   for (int64_t batch : batches) {
-    const Program program = build_model(config.model, batch, config.training.seq_len).program;
-    // The lowest peak only grows with the batch: stop at the first that
-    // cannot fit, before calibrating it.
-    if (min_peak(budget_problem(program, planner, [](const Node&) { return 0.0; })) > device) {
-      break;
+    // model.loss_chunk_rows = "auto": both heads, each its own row
+    // (planner/setup.h), where a chunk would not hold every row.
+    std::vector<int64_t> heads = {static_cast<int64_t>(config.model.loss_chunk_rows.value)};
+    const bool both_heads = config.model.loss_chunk_rows.automatic &&
+                            batch * config.training.seq_len > kSuggestedLossChunkRows;
+    if (both_heads) heads = {0, kSuggestedLossChunkRows};
+    bool any_fits = false;
+    for (const int64_t rows : heads) {
+      JobConfig head = measured;
+      head.model.loss_chunk_rows = NumberOrAuto{static_cast<double>(rows), false};
+      const Program program = build_model(head.model, batch, config.training.seq_len).program;
+      // The lowest peak only grows with the batch: stop at the first that
+      // no head fits, before calibrating it.
+      if (min_peak(budget_problem(program, planner, [](const Node&) { return 0.0; })) > device) {
+        continue;
+      }
+      any_fits = true;
+      const OpTimes times = load_or_measure_op_times(head, program);
+      const BudgetProblem problem = budget_problem(program, planner, measured_op_cost(times));
+      const BudgetChoice c = solve_budget(problem, device);
+      const Plan plan = plan_from_choice(problem, c);
+      ThroughputChoice t;
+      t.batch = batch;
+      t.microbatches =
+          fixed_global ? config.training.global_batch_size / (batch * data_parallel_ranks(config))
+                       : 1;
+      t.loss_chunk_rows = rows;
+      t.peak_bytes = c.peak;
+      t.recompute_seconds = c.cost;
+      t.step_seconds = predicted_step_seconds(times, program, plan);
+      t.tokens_per_second = static_cast<double>(batch * config.training.seq_len) / t.step_seconds;
+      t.plan = c.lower_bound >= c.cost ? "memory_budget (optimal)" : "memory_budget (bounded)";
+      if (config.model.loss_chunk_rows.automatic) {
+        t.plan +=
+            rows > 0 ? ", loss head in " + std::to_string(rows) + "-row chunks" : ", logits whole";
+      }
+      choices.push_back(t);
     }
-    const OpTimes times = load_or_measure_op_times(measured, program);
-    const BudgetProblem problem = budget_problem(program, planner, measured_op_cost(times));
-    const BudgetChoice c = solve_budget(problem, device);
-    const Plan plan = plan_from_choice(problem, c);
-    ThroughputChoice t;
-    t.batch = batch;
-    t.microbatches = fixed_global
-                         ? config.training.global_batch_size / (batch * data_parallel_ranks(config))
-                         : 1;
-    t.peak_bytes = c.peak;
-    t.recompute_seconds = c.cost;
-    t.step_seconds = predicted_step_seconds(times, program, plan);
-    t.tokens_per_second = static_cast<double>(batch * config.training.seq_len) / t.step_seconds;
-    t.plan = c.lower_bound >= c.cost ? "memory_budget (optimal)" : "memory_budget (bounded)";
-    choices.push_back(t);
+    if (!any_fits) break;
   }
   if (choices.empty()) {
     throw InputError("--maximize throughput: not even local_batch_size = 1 fits " +

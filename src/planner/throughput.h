@@ -4,7 +4,9 @@
 // microbatches) whose lowest reachable peak
 // fits the device (memory.limit or physical RAM), the budget solver picks the
 // least-recompute plan under the measured cost model, and a step's time is
-// predicted from the calibrated op times (op_timing.h).
+// predicted from the calibrated op times (op_timing.h). With
+// model.loss_chunk_rows = "auto", each batch is priced with the logits whole
+// and with kSuggestedLossChunkRows-row chunks.
 #pragma once
 
 #include <vector>
@@ -21,6 +23,9 @@ struct ThroughputChoice {
   // batches are then its divisors), else 1. The figures are one
   // microbatch's; tokens/s is the step's too.
   int64_t microbatches = 1;
+  // The loss head (model.loss_chunk_rows; 0: the logits whole). With "auto"
+  // both heads are candidates, each its own choice.
+  int64_t loss_chunk_rows = 0;
   int64_t peak_bytes = 0;        // predicted
   double recompute_seconds = 0;  // measured cost model
   double step_seconds = 0;       // predicted

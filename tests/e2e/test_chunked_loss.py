@@ -23,7 +23,7 @@
   only they fit, or a budget where their rebuilt logits cost less recompute
   than the blocks' (each checked against planning both heads by hand at the
   same bytes); a training run with it runs the chosen program's bits and the
-  plan's peak.
+  plan's peak; `--maximize throughput` prices both heads at each batch.
 
 Usage: test_chunked_loss.py <path-to-remat>
 """
@@ -288,6 +288,27 @@ def test_auto_training(tmp):
           f"bits and the plan's peak {planned}")
 
 
+def test_auto_maximize(tmp):
+    """--maximize throughput with "auto" prices both heads per batch: the
+    chunks reach batches the whole logits cannot, and a batch whose rows one
+    chunk holds is priced whole only."""
+    seq, limit = 128, 120 << 20
+    proc = subprocess.run([REMAT, "plan", "--config", config_of("llama3"), "--model.dim", "64",
+                           "--model.n_heads", "4", "--model.n_kv_heads", "4",
+                           "--model.vocab_size", str(VOCAB), "--training.seq_len", str(seq),
+                           "--maximize", "throughput", "--memory.limit", f"{limit}B",
+                           "--model.loss_chunk_rows", "auto", "--job.dump_folder", "maximize",
+                           "--json"], cwd=tmp, capture_output=True, text=True, timeout=600)
+    rows = json.loads(proc.stdout) if proc.returncode == 0 else []
+    batches = {head: {c["local_batch_size"] for c in rows if c["loss_chunk_rows"] == head}
+               for head in (0, 1024)}
+    one_chunk = {c["local_batch_size"] for c in rows if c["local_batch_size"] * seq <= 1024}
+    check(batches[0] and batches[1024] and max(batches[1024]) > max(batches[0]) and
+          not (one_chunk & batches[1024]) and all(c["peak_bytes"] <= limit for c in rows),
+          f"--maximize with auto: whole at batches {sorted(batches[0])}, 1024-row chunks at "
+          f"{sorted(batches[1024])}, every peak within the limit")
+
+
 def main():
     with tempfile.TemporaryDirectory(prefix="remat-chunked-loss-") as tmp:
         tmp = Path(tmp)
@@ -299,6 +320,7 @@ def main():
         test_plan_hint()
         test_auto_plans()
         test_auto_training(tmp)
+        test_auto_maximize(tmp)
     if failures:
         print(f"{len(failures)} check(s) failed")
         sys.exit(1)
