@@ -107,10 +107,10 @@ struct Simulator {
     for (int32_t i = 0; i < s.n_values; ++i) {
       if (!keep[i]) free_bytes[forward_last[i] - s.first] += s.bytes[i];
     }
-    int64_t level = 0, peak = 0;
+    int64_t level = s.weight_copies, peak = level;
     for (int32_t n = s.first; n <= s.last; ++n) {
       level += out_bytes[n - s.first];
-      peak = std::max(peak, level);
+      peak = std::max(peak, level + s.forward_scratch[n - s.first]);
       level -= free_bytes[n - s.first];
     }
     return peak;
@@ -145,13 +145,13 @@ struct Simulator {
       }
     }
     grad_live = s.grad_live_at_start;
-    int64_t level = 0, peak = 0;
+    int64_t level = s.weight_copies, peak = level;
     for (int32_t pos = 0; pos < static_cast<int32_t>(window.size()); ++pos) {
       const int32_t n = window[pos];
       const Node& node = program.nodes[n];
       if (pos < n_recompute) {
         level += out_bytes[n - s.first];
-        peak = std::max(peak, level);
+        peak = std::max(peak, level + s.forward_scratch[n - s.first]);
         // A rebuilt copy of a value still kept is scratch for this step.
         for (ValueId v : node.outputs) {
           if (keep[v - base]) level -= s.bytes[v - base];
@@ -162,7 +162,7 @@ struct Simulator {
       for (ValueId v : node.inputs) {
         if (is_own(s, v) && !grad_live[v - base]) {
           grad_live[v - base] = true;
-          level += s.bytes[v - base];
+          level += s.grad_bytes[v - base];
         }
       }
       level += s.foreign_grad_bytes[n - s.first];
@@ -170,7 +170,7 @@ struct Simulator {
       for (ValueId v : node.outputs) {
         if (grad_live[v - base]) {
           grad_live[v - base] = false;
-          level -= s.bytes[v - base];
+          level -= s.grad_bytes[v - base];
         }
       }
       level -= free_bytes[pos] + s.foreign_freed_bytes[n - s.first];
@@ -197,8 +197,10 @@ std::string block_signature(const Program& program, const BlockShape& s,
     put(recomputable(program, s, n, decidable));
     sig += '|';
   }
+  put(s.weight_copies);
   for (int32_t i = 0; i < s.n_values; ++i) {
     put(s.bytes[i]);
+    put(s.grad_bytes[i]);
     put(s.boundary[i] * 1 + s.forced[i] * 2 + s.saved[i] * 4 + s.grad_live_at_start[i] * 8 +
         s.pinned[i] * 16);
   }
@@ -206,6 +208,7 @@ std::string block_signature(const Program& program, const BlockShape& s,
     put(s.foreign_grad_bytes[i]);
     put(s.foreign_freed_bytes[i]);
     put(s.workspace_bytes[i]);
+    put(s.forward_scratch[i]);
   }
   return sig;
 }
@@ -268,11 +271,13 @@ void describe_own_values(const Program& program, const Readers& r,
   s.pinned.resize(s.n_values);
   s.saved.resize(s.n_values);
   s.grad_live_at_start.resize(s.n_values);
+  s.grad_bytes.resize(s.n_values);
   for (int32_t i = 0; i < s.n_values; ++i) {
     const ValueId v = s.first_value + i;
     const Node& producer = program.nodes[program.values[v].producer];
     const int32_t reader = r.first_saved_reader[v];
     s.bytes[i] = booked(program.values[v].bytes(), s.scale);
+    s.grad_bytes[i] = booked(bytes_of(numel(program.values[v].shape), DType::kF32), s.scale);
     s.boundary[i] = r.read_outside[v] || v == program.loss;
     s.forced[i] = s.boundary[i] || op_info(producer.kind).outputs_always_kept;
     s.pinned[i] = s.forced[i] || (!decidable.empty() && !decidable[v]);
@@ -288,22 +293,30 @@ void describe_own_values(const Program& program, const Readers& r,
 // Values kept whatever the choice (block boundaries) whose last backward
 // reader runs in this window die there; gradients of values produced
 // elsewhere are booked by their first consumer in backward order.
-void describe_foreign_values(const Program& program, const Readers& r, BlockShape& s) {
+void describe_foreign_values(const Program& program, const Readers& r, const StepBookings& bookings,
+                             BlockShape& s) {
   const int32_t width = s.last - s.first + 1;
   s.foreign_grad_bytes.assign(width, 0);
   s.foreign_freed_bytes.assign(width, 0);
   s.workspace_bytes.assign(width, 0);
+  s.forward_scratch.assign(width, 0);
+  s.weight_copies = 0;
   auto in_window = [&s](int32_t n) { return n >= s.first && n <= s.last; };
   std::vector<bool> seen(program.values.size(), false);
   for (int32_t n = s.first; n <= s.last; ++n) {
     const Node& node = program.nodes[n];
-    s.workspace_bytes[n - s.first] = booked(backward_workspace_bytes(node), s.scale);
+    s.workspace_bytes[n - s.first] = booked(bookings.backward_scratch[n], s.scale);
+    s.forward_scratch[n - s.first] = booked(bookings.forward_scratch[n], s.scale);
+    // Every node of a block runs in both its windows (its backward runs
+    // whatever the plan), so both cast the same copies.
+    s.weight_copies += booked(bookings.weight_copies[n], s.scale);
     for (ValueId v : node.inputs) {
       if (is_own(s, v) || seen[v]) continue;
       seen[v] = true;
       const int64_t bytes = booked(program.values[v].bytes(), s.scale);
       if (r.last_consumer[v] <= s.last) {
-        s.foreign_grad_bytes[r.last_consumer[v] - s.first] += bytes;
+        s.foreign_grad_bytes[r.last_consumer[v] - s.first] +=
+            booked(bytes_of(numel(program.values[v].shape), DType::kF32), s.scale);
       }
       const int32_t reader = r.first_saved_reader[v];
       if (reader < 0) {
@@ -322,14 +335,19 @@ void describe_foreign_values(const Program& program, const Readers& r, BlockShap
 }  // namespace
 
 BlockShape describe_block(const Program& program, int32_t block, double scale,
-                          const std::vector<bool>& decidable) {
+                          const StepBookings& bookings, const std::vector<bool>& decidable) {
+  if (bookings.forward_scratch.size() != program.nodes.size() ||
+      bookings.backward_scratch.size() != program.nodes.size() ||
+      bookings.weight_copies.size() != program.nodes.size()) {
+    throw std::logic_error("budget solver: one step booking per node expected");
+  }
   BlockShape s;
   s.block = block;
   s.scale = scale;
   find_block_range(program, s);
   const Readers readers = find_readers(program, block);
   describe_own_values(program, readers, decidable, s);
-  describe_foreign_values(program, readers, s);
+  describe_foreign_values(program, readers, bookings, s);
   s.signature = block_signature(program, s, decidable);
   return s;
 }

@@ -33,6 +33,22 @@
 
 namespace remat {
 
+// What the executor books for an op's steps beyond the values it produces
+// and the gradients it writes, per program node, in bytes before the
+// booking scale (runtime/executor.h step_bookings fills it from the backend,
+// which decides what each op's kernels take in bf16):
+struct StepBookings {
+  // Live during the node's forward (or recompute) step only: fp32 copies of
+  // bf16 inputs and outputs for an fp32 kernel, the forward's workspace.
+  std::vector<int64_t> forward_scratch;
+  // Live during its backward step only: fp32 copies of bf16 saved values,
+  // the bf16 copy of a bf16 matmul's output gradient, the workspace.
+  std::vector<int64_t> backward_scratch;
+  // The bf16 copies of its weights, cast at the start of each window of its
+  // gather unit and released at its end.
+  std::vector<int64_t> weight_copies;
+};
+
 // Recompute cost of one op: FLOPs, or measured seconds (budget.h).
 using OpCost = std::function<double(const Node&)>;
 
@@ -61,18 +77,22 @@ struct BlockShape {
   std::vector<bool> pinned;              // forced, or outside a limited decision space
   std::vector<bool> saved;               // read by some backward of the block
   std::vector<bool> grad_live_at_start;  // its gradient exists when the backward window opens
+  std::vector<int64_t> grad_bytes;       // its gradient as booked: fp32 whatever its dtype
   // Values produced elsewhere whose gradients this window books first, and
   // whose buffers it frees: node offset -> bytes.
   std::vector<int64_t> foreign_grad_bytes;   // per block node: bytes booked by its backward
   std::vector<int64_t> foreign_freed_bytes;  // per block node: freed after its backward
   std::vector<int64_t> workspace_bytes;      // per block node: its backward's scratch
+  std::vector<int64_t> forward_scratch;      // per block node: its forward's scratch
+  // The block's bf16 weight copies, live through each of its windows.
+  int64_t weight_copies = 0;
 };
 
 // `decidable` (per program value, empty = all) limits which values may be
 // rebuilt: a node with a needed output that is not decidable is never re-run.
 // `scale` is the allocator's booking scale for activations and temporaries.
 BlockShape describe_block(const Program& program, int32_t block, double scale,
-                          const std::vector<bool>& decidable);
+                          const StepBookings& bookings, const std::vector<bool>& decidable);
 
 // Every choice of the block that is not dominated (no other choice is at
 // most as large in kept bytes, forward peak, kept + backward peak and cost).

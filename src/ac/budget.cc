@@ -420,8 +420,9 @@ Plan make_reference_plan(const Program& program) {
 }
 
 BudgetProblem make_budget_problem(const Program& program, const Schedule& reference,
-                                  const std::vector<StepLevels>& levels, double scale,
-                                  const OpCost& cost, const std::vector<bool>& decidable) {
+                                  const std::vector<StepLevels>& levels,
+                                  const StepBookings& bookings, double scale, const OpCost& cost,
+                                  const std::vector<bool>& decidable) {
   if (levels.size() != reference.steps.size()) {
     throw std::logic_error("budget solver: one level per reference step expected");
   }
@@ -431,7 +432,7 @@ BudgetProblem make_budget_problem(const Program& program, const Schedule& refere
   std::map<std::string, int32_t> class_of_signature;
   std::vector<int64_t> reference_kept(n);
   for (int32_t b = 0; b < n; ++b) {
-    pb.blocks.push_back(describe_block(program, b, scale, decidable));
+    pb.blocks.push_back(describe_block(program, b, scale, bookings, decidable));
     const BlockShape& shape = pb.blocks.back();
     auto [it, added] =
         class_of_signature.emplace(shape.signature, static_cast<int32_t>(pb.options.size()));

@@ -78,12 +78,14 @@ struct BudgetProblem {
 };
 
 // `reference` is the schedule of make_reference_plan(program) and `levels`
-// its replay, one entry per step. `scale` is the booking scale of
+// its replay, one entry per step; `bookings` what the executor adds to each
+// op's steps. `scale` is the booking scale of
 // activations and temporaries; `decidable` limits the decision space (empty:
 // every value inside a block).
 BudgetProblem make_budget_problem(const Program& program, const Schedule& reference,
-                                  const std::vector<StepLevels>& levels, double scale,
-                                  const OpCost& cost, const std::vector<bool>& decidable = {});
+                                  const std::vector<StepLevels>& levels,
+                                  const StepBookings& bookings, double scale, const OpCost& cost,
+                                  const std::vector<bool>& decidable = {});
 
 // Keeps everything the backward pass needs (what "none" keeps).
 Plan make_reference_plan(const Program& program);

@@ -12,6 +12,7 @@
 #include "models/registry.h"
 #include "planner/job_options.h"
 #include "planner/op_timing.h"
+#include "runtime/executor.h"
 
 namespace remat {
 
@@ -48,7 +49,8 @@ BudgetProblem budget_problem(const Program& program, const PlannerOptions& optio
   const Plan reference = make_reference_plan(program);
   const Schedule schedule = make_schedule(program, reference, /*with_backward=*/true);
   return make_budget_problem(program, schedule, replay_levels(program, reference, options),
-                             booking_scale(program, options), cost);
+                             step_bookings(program, cpu_backend()), booking_scale(program, options),
+                             cost);
 }
 
 OpCost cost_model_from_config(const JobConfig& config, const Program& program, std::string* note) {

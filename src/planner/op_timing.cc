@@ -92,6 +92,8 @@ Program calibration_model(const JobConfig& config, const Program& program) {
   JobConfig::Model cut = config.model;
   cut.n_layers = std::min<int64_t>(2, program.n_blocks);
   Program small = build_model(cut, program.batch, program.seq).program;
+  // bf16 mixed precision times the bf16 kernels the run will call.
+  if (program.compute_dtype != DType::kF32) set_compute_dtype(small, program.compute_dtype);
   // Calibration runs before training, not beside it: it needs the RAM, not
   // the run's memory.limit.
   const int64_t available = physical_memory_bytes();
@@ -209,6 +211,7 @@ std::string op_signature(const Node& node) {
   }
   if (a.weight_in_out) sig += " in_out";
   if (a.sigmoid) sig += " sigmoid";
+  if (a.compute == DType::kBF16) sig += " bf16";  // another kernel, another time
   return sig;
 }
 

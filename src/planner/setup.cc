@@ -29,17 +29,6 @@ AcChoice choose_ac_plan(const JobConfig& config, const Program& program,
     c.plan =
         make_pytorch_knapsack_plan(program, std::strtod(c.options.memory_budget.c_str(), nullptr));
   } else if (mode == AcOptions::Mode::kMemoryBudget || mode == AcOptions::Mode::kAuto) {
-    // The budget solver's block model prices fp32 values; the bf16 engine's
-    // staging copies (fp32 inputs of MoE routing and the loss, bf16 weight and
-    // gradient copies) would put the replayed peak over the budget.
-    if (program.compute_dtype == DType::kBF16) {
-      throw InputError(
-          "activation_checkpoint.mode = \"" + config.activation_checkpoint.mode +
-          "\" with training.mixed_precision_param = \"bfloat16\" is not supported by this build "
-          "yet: the budget solver does not model bf16's staging copies, so it could not bound "
-          "the true peak; use mixed_precision_param = \"float32\" or a fixed mode (none, full, "
-          "selective)");
-    }
     c.budget = make_budget_plan(c.options, config, program, planner);
     c.plan = c.budget->plan;
   } else {

@@ -8,6 +8,7 @@
 #include "planner/budget_plan.h"
 #include "planner/job_options.h"
 #include "planner/op_timing.h"
+#include "planner/setup.h"
 
 namespace remat {
 
@@ -66,7 +67,8 @@ std::vector<ThroughputChoice> maximize_throughput(const JobConfig& config,
     for (const int64_t rows : heads) {
       JobConfig head = measured;
       head.model.loss_chunk_rows = NumberOrAuto{static_cast<double>(rows), false};
-      const Program program = build_model(head.model, batch, config.training.seq_len).program;
+      Program program = build_model(head.model, batch, config.training.seq_len).program;
+      if (runs_bf16(config, planner)) set_compute_dtype(program, DType::kBF16);  // as make_setup
       // The lowest peak only grows with the batch: stop at the first that
       // no head fits, before calibrating it.
       if (min_peak(budget_problem(program, planner, [](const Node&) { return 0.0; })) > device) {

@@ -11,6 +11,41 @@ int32_t gather_unit(const Program& program, const Step& step) {
   return step.kind == Step::Kind::kForward ? block : -block - 2;
 }
 
+StepBookings step_bookings(const Program& program, Backend& backend) {
+  StepBookings b;
+  const bool typed = program.compute_dtype == DType::kBF16;
+  // An fp32 copy of a bf16 value, for a kernel that reads or writes fp32.
+  auto widened = [&](ValueId v, bool bf16_kernel) -> int64_t {
+    const Value& value = program.values[v];
+    return value.dtype == DType::kBF16 && !bf16_kernel ? bytes_of(numel(value.shape), DType::kF32)
+                                                       : 0;
+  };
+  // Executor::scratch books whole floats.
+  auto scratch = [](int64_t bytes) { return bytes <= 0 ? 0 : bytes / 4 * 4; };
+  for (const Node& node : program.nodes) {
+    const Bf16Use use = typed ? backend.bf16_use(node.kind) : Bf16Use::kNone;
+    const bool bf16 = use != Bf16Use::kNone;
+    int64_t forward = scratch(backend.forward_workspace_bytes(node));
+    for (ValueId v : node.inputs) forward += widened(v, bf16);
+    for (ValueId v : node.outputs) forward += widened(v, bf16);
+    int64_t backward = scratch(backend.workspace_bytes(node));
+    for (ValueId v : saved_values(node)) backward += widened(v, bf16);
+    const bool is_loss = node.outputs[0] == program.loss;
+    if (use == Bf16Use::kAll && !is_loss && !op_info(node.kind).grad_in_place_of_input0) {
+      backward += bytes_of(numel(program.values[node.outputs[0]].shape), DType::kBF16);
+    }
+    int64_t copies = 0;
+    if (use == Bf16Use::kAll) {
+      for (ParamId p : node.params)
+        copies += bytes_of(numel(program.params[p].shape), DType::kBF16);
+    }
+    b.forward_scratch.push_back(forward);
+    b.backward_scratch.push_back(backward);
+    b.weight_copies.push_back(copies);
+  }
+  return b;
+}
+
 Executor::Executor(const Program& program, Schedule schedule, Allocator& allocator,
                    ModelState& state)
     : program_(program),
@@ -96,6 +131,16 @@ const float* Executor::weight(ParamId p, bool bf16_kernel) {
   return copy.data();
 }
 
+void Executor::cast_unit_weights(size_t first) {
+  const int32_t unit = gather_unit(program_, schedule_.steps[first]);
+  for (size_t i = first;
+       i < schedule_.steps.size() && gather_unit(program_, schedule_.steps[i]) == unit; ++i) {
+    const Node& node = program_.nodes[schedule_.steps[i].node];
+    if (bf16_use(node) != Bf16Use::kAll) continue;
+    for (ParamId p : node.params) weight(p, /*bf16_kernel=*/true);
+  }
+}
+
 void Executor::release_weight_copies() {
   for (Tensor& t : weight_copies_) t.reset();
 }
@@ -120,10 +165,8 @@ double Executor::run(const Batch& batch, ParamGradients gradients) {
     allocator_->set_label(label_);
     if (source_) source_->before_step(i);
     if (observer_) observer_(step);
-    if (const int32_t unit = gather_unit(program_, step); unit != weight_unit_) {
-      release_weight_copies();
-      weight_unit_ = unit;
-    }
+    const int32_t unit = gather_unit(program_, step);
+    if (i == 0 || gather_unit(program_, schedule_.steps[i - 1]) != unit) cast_unit_weights(i);
     const Clock::time_point start = Clock::now();
     switch (step.kind) {
       case Step::Kind::kForward:
@@ -137,6 +180,9 @@ double Executor::run(const Batch& batch, ParamGradients gradients) {
         break;
     }
     for (ValueId v : step.free_after) values_[v].reset();
+    if (i + 1 == schedule_.steps.size() || gather_unit(program_, schedule_.steps[i + 1]) != unit) {
+      release_weight_copies();
+    }
     if (profiling_) record_time(step, run_start, start);
   }
   if (source_) source_->after_run();

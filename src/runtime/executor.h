@@ -12,11 +12,14 @@
 // are stored in the dtypes the program gives them (activations, kept ones
 // included, in bf16: half the bytes). Everything the executor adds for it
 // is allocated here, so the planner's replay books it too:
-//  - the bf16 copy of a weight, cast when an op whose kernels take bf16
-//    weights (Backend::bf16_use kAll: the matmuls on a bf16 GEMM, onednn or native;
-//    a fallback that computes in fp32 reads the masters) first reads it in the
-//    current gather unit (gather_unit), released when the unit changes and
-//    at the end of the run;
+//  - the bf16 copy of a weight that an op whose kernels take bf16 weights
+//    reads (Backend::bf16_use kAll: the matmuls on a bf16 GEMM, onednn or
+//    native; a fallback that computes in fp32 reads the masters). The copies
+//    of a run of consecutive steps in one gather unit (gather_unit: a block's
+//    forward, or its recompute and backward) are all cast at the run's first
+//    step and released after its last: the same bytes at the same moments
+//    whatever the plan re-runs, which the budget solver's block model relies
+//    on (step_bookings below);
 //  - for an op whose kernels take only fp32 (Bf16Use::kNone: softmax, loss,
 //    MoE routing), fp32 copies of its bf16 inputs and outputs, live for that
 //    one step: it computes in fp32 and its outputs are rounded to bf16 once,
@@ -34,6 +37,7 @@
 #include <string>
 #include <vector>
 
+#include "ac/block_memory.h"
 #include "ac/schedule.h"
 #include "runtime/model_state.h"
 
@@ -71,6 +75,11 @@ struct ExecutionCounts {
 // outside the blocks one key both ways (the output's weights stay from the
 // end of the forward into the start of the backward).
 int32_t gather_unit(const Program& program, const Step& step);
+
+// What the executor books for each node's steps beyond its values and
+// gradients (ac/block_memory.h), as Executor's forward and backward book it
+// on `backend`: the budget solver's block model reads it.
+StepBookings step_bookings(const Program& program, Backend& backend);
 
 // Where the kernels find the parameters and their gradients when they are
 // not the model state's own tensors: a sharded run gathers each unit into a
@@ -153,6 +162,9 @@ class Executor {
   // The fp32 master of parameter p and its gradient, where the kernels find them.
   float* master(ParamId p);
   float* gradient(ParamId p);
+  // The bf16 weight copies of the run of steps in one gather unit that
+  // begins at step `first`.
+  void cast_unit_weights(size_t first);
   void release_weight_copies();
 
   const Program& program_;
@@ -163,7 +175,6 @@ class Executor {
   std::vector<Tensor> values_;
   std::vector<Tensor> grads_;
   std::vector<Tensor> weight_copies_;  // by ParamId: bf16 copies in the current unit
-  int32_t weight_unit_ = 0;
   ExecutionCounts counts_;
   std::string label_;
   double loss_ = 0;

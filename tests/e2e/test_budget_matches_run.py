@@ -1,7 +1,8 @@
 """memory_budget (issue 8): the plan `remat plan` predicts for a budget is the
 plan `remat train` runs, to the byte, and AC still never changes the numbers.
 
-For the debug, wide (dim 1024) and llama4 debug models, at five budgets
+For the debug, wide (dim 1024) and llama4 debug models, and the debug and
+llama4 debug models in bf16 mixed precision, at five budgets
 (fractions 0, 0.25, 0.5, 0.75 and 1 between full AC's peak and no AC's):
   - the predicted peak equals the allocator's measured peak in a real step;
   - the peak never rises and the recompute never falls as the budget falls;
@@ -29,6 +30,11 @@ MODELS = {
     "llama4": ["--config", "configs/llama4_debug.toml", "--training.local_batch_size", "4",
                "--training.seq_len", "256"],
 }
+# bf16 mixed precision: bf16 activations, the executor's weight copies and
+# fp32 staging booked by the solver's block model as the run books them.
+BF16 = ["--training.mixed_precision_param", "bfloat16"]
+MODELS["debug bf16"] = MODELS["debug"] + BF16
+MODELS["llama4 bf16"] = MODELS["llama4"] + BF16
 FRACTIONS = ["1.0", "0.75", "0.5", "0.25", "0.0"]  # the budget falls
 
 
@@ -47,7 +53,8 @@ def main():
     references = {}
     with tempfile.TemporaryDirectory() as tmp:
         for model, model_args in MODELS.items():
-            reference, _ = train(tmp, f"{model}-none", [*model_args, AC + "mode", "none"])
+            reference, _ = train(tmp, f"{model}-none".replace(" ", "-"),
+                                 [*model_args, AC + "mode", "none"])
             references[model] = reference
             previous = None
             for fraction in FRACTIONS:
@@ -58,9 +65,9 @@ def main():
                 budget = plan["budget"]
                 predicted = plan["configured"]["peak_bytes"]
                 recompute = plan["configured"]["recompute_flops"]
-                steps, stdout = train(tmp, f"{model}-{fraction}", args)
+                steps, stdout = train(tmp, f"{model}-{fraction}".replace(" ", "-"), args)
                 measured = steps[-1]["peak_bytes"]
-                print(f"{model:6s} budget {fraction:4s} = {budget['budget_bytes']:>11,d} B  "
+                print(f"{model:11s} budget {fraction:4s} = {budget['budget_bytes']:>11,d} B  "
                       f"predicted {predicted:>11,d}  measured {measured:>11,d}  "
                       f"recompute {recompute:.4g}  optimal {budget['optimal']}")
                 if predicted != measured or budget["predicted_peak_bytes"] != predicted:

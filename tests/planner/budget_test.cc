@@ -14,6 +14,7 @@
 
 #include "models/registry.h"
 #include "planner/planner.h"
+#include "runtime/executor.h"
 
 namespace remat {
 namespace {
@@ -40,7 +41,8 @@ BudgetProblem problem_for(const Program& program, const PlannerOptions& options,
   const Plan reference = make_reference_plan(program);
   const Schedule schedule = make_schedule(program, reference, true);
   return make_budget_problem(program, schedule, replay_levels(program, reference, options),
-                             activation_scale(options), flops, decidable);
+                             step_bookings(program, cpu_backend()), booking_scale(program, options),
+                             flops, decidable);
 }
 
 struct Case {
@@ -48,22 +50,35 @@ struct Case {
   JobConfig::Model model;
   int64_t batch, seq;
   PlannerOptions options;
+  // The CPU engine's bf16 mixed precision: the program carries bf16
+  // activations and the executor books its weight copies and staging.
+  bool bf16_program = false;
 };
 
 std::vector<Case> cases() {
   PlannerOptions fsdp;
   fsdp.shard_degree = 4;
   fsdp.bf16_compute = true;
+  PlannerOptions bf16;
+  bf16.bf16_compute = true;
   return {{"llama3 debug", llama3_debug(), 2, 64, {}},
           {"llama4 debug", llama4_debug(), 2, 64, {}},
           {"wide", wide(), 1, 128, {}},
-          {"llama4 debug bf16 fsdp", llama4_debug(), 2, 64, fsdp}};
+          {"llama4 debug bf16 fsdp", llama4_debug(), 2, 64, fsdp},
+          {"llama3 debug bf16", llama3_debug(), 2, 64, bf16, true},
+          {"llama4 debug bf16", llama4_debug(), 2, 64, bf16, true}};
+}
+
+Program program_of(const Case& c) {
+  Program program = build_model(c.model, c.batch, c.seq).program;
+  if (c.bf16_program) set_compute_dtype(program, DType::kBF16);
+  return program;
 }
 
 TEST(BudgetModel, PeakEqualsReplayForRandomChoices) {
   std::mt19937 rng(7);
   for (const Case& c : cases()) {
-    const Program program = build_model(c.model, c.batch, c.seq).program;
+    const Program program = program_of(c);
     const BudgetProblem pb = problem_for(program, c.options);
     for (int trial = 0; trial < 25; ++trial) {
       std::vector<int32_t> option(pb.blocks.size());
@@ -202,7 +217,7 @@ INSTANTIATE_TEST_SUITE_P(Search, BudgetBruteForce,
 // and the replay of every answer has exactly the predicted peak.
 TEST(BudgetSolver, MonotoneInTheBudget) {
   for (const Case& c : cases()) {
-    const Program program = build_model(c.model, c.batch, c.seq).program;
+    const Program program = program_of(c);
     const BudgetProblem pb = problem_for(program, c.options);
     const std::vector<BudgetChoice> front = pareto_front(pb, 12);
     ASSERT_GE(front.size(), 5u) << c.name;

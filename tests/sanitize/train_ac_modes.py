@@ -6,7 +6,7 @@ seq 32 (the models' full width, depth and vocabulary): 2 training steps in
 each AC mode (none, full, selective 2, selective op, memory_budget 0.5, auto
 with a memory.limit between the peaks of full and none, taken from
 `remat plan --json`), as 2 accumulated microbatches of 1 and with the
-chunked loss head (fp32 and bf16), then eval of the last checkpoint and a one-step resume
+chunked loss head (fp32 and bf16), a memory budget in bf16, then eval of the last checkpoint and a one-step resume
 from it. Every run must exit 0 with finite losses and no sanitizer report;
 the binary must be the sanitized one (linked with libasan and libubsan), so
 this script cannot pass on a plain build.
@@ -126,6 +126,19 @@ def main():
             check(proc.returncode == 0 and not report and len(got) == 2 and
                   all(math.isfinite(v) for v in got),
                   f"{model}, chunked loss head in bf16: losses {got}, exit {proc.returncode}"
+                  f"{', ' + report.group(0) if report else ''} ({secs:.1f} s)")
+            # A memory budget in bf16 (the solver books the executor's bf16
+            # copies and staging).
+            proc, report, secs = run(["train", "--config", config, *COMMON,
+                                      "--activation_checkpoint.mode", "memory_budget",
+                                      "--activation_checkpoint.memory_budget", "0.25",
+                                      "--training.steps", "2",
+                                      "--training.mixed_precision_param", "bfloat16",
+                                      "--job.dump_folder", str(Path(tmp) / "budget_bf16")], tmp)
+            got = losses(proc.stdout)
+            check(proc.returncode == 0 and not report and len(got) == 2 and
+                  all(math.isfinite(v) for v in got),
+                  f"{model}, memory_budget 0.25 in bf16: losses {got}, exit {proc.returncode}"
                   f"{', ' + report.group(0) if report else ''} ({secs:.1f} s)")
             checkpoint = Path(tmp) / "none" / "checkpoint" / "step-2.safetensors"
             text = Path(tmp) / "val.txt"
