@@ -117,29 +117,25 @@ def main():
                   all(abs(a - b) <= 1.5e-4 for a, b in zip(got, first_losses or [])),
                   f"{model}, chunked loss head: losses {got}, exit {proc.returncode}"
                   f"{', ' + report.group(0) if report else ''} ({secs:.1f} s)")
-            # ... and under bf16 mixed precision (its bf16 copy of the logit gradient).
-            proc, report, secs = run(["train", "--config", config, *COMMON,
-                                      "--model.loss_chunk_rows", "24", "--training.steps", "2",
-                                      "--training.mixed_precision_param", "bfloat16",
-                                      "--job.dump_folder", str(Path(tmp) / "chunked_bf16")], tmp)
-            got = losses(proc.stdout)
-            check(proc.returncode == 0 and not report and len(got) == 2 and
-                  all(math.isfinite(v) for v in got),
-                  f"{model}, chunked loss head in bf16: losses {got}, exit {proc.returncode}"
-                  f"{', ' + report.group(0) if report else ''} ({secs:.1f} s)")
-            # A memory budget in bf16 (the solver books the executor's bf16
-            # copies and staging).
-            proc, report, secs = run(["train", "--config", config, *COMMON,
-                                      "--activation_checkpoint.mode", "memory_budget",
-                                      "--activation_checkpoint.memory_budget", "0.25",
-                                      "--training.steps", "2",
-                                      "--training.mixed_precision_param", "bfloat16",
-                                      "--job.dump_folder", str(Path(tmp) / "budget_bf16")], tmp)
-            got = losses(proc.stdout)
-            check(proc.returncode == 0 and not report and len(got) == 2 and
-                  all(math.isfinite(v) for v in got),
-                  f"{model}, memory_budget 0.25 in bf16: losses {got}, exit {proc.returncode}"
-                  f"{', ' + report.group(0) if report else ''} ({secs:.1f} s)")
+            # bf16 mixed precision: the chunked head (its bf16 copy of the logit
+            # gradient), and a memory budget (the solver books the executor's
+            # bf16 copies and staging).
+            bf16_runs = {
+                "chunked loss head in bf16": ["--model.loss_chunk_rows", "24"],
+                "memory_budget 0.25 in bf16": ["--activation_checkpoint.mode", "memory_budget",
+                                               "--activation_checkpoint.memory_budget", "0.25"],
+            }
+            for name, flags in bf16_runs.items():
+                proc, report, secs = run(["train", "--config", config, *COMMON, *flags,
+                                          "--training.steps", "2",
+                                          "--training.mixed_precision_param", "bfloat16",
+                                          "--job.dump_folder",
+                                          str(Path(tmp) / name.replace(" ", "_"))], tmp)
+                got = losses(proc.stdout)
+                check(proc.returncode == 0 and not report and len(got) == 2 and
+                      all(math.isfinite(v) for v in got),
+                      f"{model}, {name}: losses {got}, exit {proc.returncode}"
+                      f"{', ' + report.group(0) if report else ''} ({secs:.1f} s)")
             checkpoint = Path(tmp) / "none" / "checkpoint" / "step-2.safetensors"
             text = Path(tmp) / "val.txt"
             text.write_text("It is a truth universally acknowledged. " * 10)
