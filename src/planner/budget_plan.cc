@@ -72,6 +72,12 @@ double recompute_cost(const Program& program, const Plan& plan, const OpCost& co
   return total;
 }
 
+bool is_budget_fraction(const std::string& memory_budget) {
+  char* end = nullptr;
+  std::strtod(memory_budget.c_str(), &end);
+  return end != memory_budget.c_str() && *end == '\0';
+}
+
 int64_t resolve_budget(const AcOptions& options, const JobConfig& config, const Program& program,
                        const PlannerOptions& planner, std::string* source) {
   if (options.mode == AcOptions::Mode::kAuto) {
@@ -79,9 +85,8 @@ int64_t resolve_budget(const AcOptions& options, const JobConfig& config, const 
     return available_memory(config);
   }
   *source = "memory_budget " + options.memory_budget;
-  char* end = nullptr;
-  const double fraction = std::strtod(options.memory_budget.c_str(), &end);
-  if (end != options.memory_budget.c_str() && *end == '\0') {
+  if (is_budget_fraction(options.memory_budget)) {
+    const double fraction = std::strtod(options.memory_budget.c_str(), nullptr);
     // 0: full AC's peak, 1: no AC's, linear in between (spec.md §2).
     const int64_t full = peak_of_mode(program, AcOptions::Mode::kFull, planner);
     const int64_t none = peak_of_mode(program, AcOptions::Mode::kNone, planner);

@@ -36,6 +36,9 @@ struct BudgetPlan {
   std::string certificate() const;
 };
 
+// Whether a memory_budget value is a fraction (a bare number), not a size.
+bool is_budget_fraction(const std::string& memory_budget);
+
 // The budget in bytes for mode memory_budget (a fraction between full AC's
 // peak and no AC's, or a size) or auto (memory.limit or physical RAM).
 int64_t resolve_budget(const AcOptions& options, const JobConfig& config, const Program& program,

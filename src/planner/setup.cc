@@ -88,12 +88,6 @@ std::string cost_text(double cost, const std::string& unit) {
   return buf;
 }
 
-bool budget_is_fraction(const std::string& budget) {
-  char* end = nullptr;
-  std::strtod(budget.c_str(), &end);
-  return end != budget.c_str() && *end == '\0';
-}
-
 // "memory_budget 0.5 (688.00MiB)", "memory.limit 2GiB (2.00GiB)".
 std::string whole_budget_text(const JobConfig& config, int64_t bytes) {
   const auto& ac = config.activation_checkpoint;
@@ -114,7 +108,7 @@ Setup choose_loss_head(const JobConfig& config, int64_t batch, const PlannerOpti
   std::string& budget = fused_config.activation_checkpoint.memory_budget;
   const bool fraction = whole.setup && whole.setup->ac.budget &&
                         whole.setup->ac.options.mode == AcOptions::Mode::kMemoryBudget &&
-                        budget_is_fraction(budget);
+                        is_budget_fraction(budget);
   if (fraction) budget = std::to_string(whole.setup->ac.budget->budget) + "B";
   Attempt fused = attempt_setup(fused_config, batch, planner);
   auto keep = [&](Attempt& a, const std::string& why) {
