@@ -163,7 +163,7 @@ Setup make_setup(const JobConfig& config, int64_t batch, Pass pass, const Planne
   if (!config.model.loss_chunk_rows.automatic) {
     return make_resolved_setup(config, batch, pass, planner);
   }
-  if (pass == Pass::kTraining && batch * config.training.seq_len > kSuggestedLossChunkRows) {
+  if (pass == Pass::kTraining && loss_head_candidates(config, batch).size() > 1) {
     return choose_loss_head(config, batch, planner);
   }
   Setup s = make_resolved_setup(with_loss_chunk_rows(config, 0), batch, pass, planner);
@@ -172,6 +172,13 @@ Setup make_setup(const JobConfig& config, int64_t batch, Pass pass, const Planne
                                                         : "a forward-only pass") +
                     ")";
   return s;
+}
+
+std::vector<int64_t> loss_head_candidates(const JobConfig& config, int64_t batch) {
+  const NumberOrAuto& rows = config.model.loss_chunk_rows;
+  if (!rows.automatic) return {static_cast<int64_t>(rows.value)};
+  if (batch * config.training.seq_len <= kSuggestedLossChunkRows) return {0};
+  return {0, kSuggestedLossChunkRows};
 }
 
 JobConfig with_resolved_loss_head(const JobConfig& config, const Setup& setup) {

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "io/config.h"
 #include "models/registry.h"
@@ -69,6 +70,11 @@ bool runs_bf16(const JobConfig& config, const PlannerOptions& planner);
 // by default; `remat plan` passes the configured devices).
 Setup make_setup(const JobConfig& config, int64_t batch, Pass pass,
                  const PlannerOptions& planner = PlannerOptions{});
+
+// The loss heads (model.loss_chunk_rows; 0: the logits whole) a training
+// step at `batch` weighs: the configured rows; under "auto", 0 and
+// kSuggestedLossChunkRows, or only 0 where one chunk would hold every row.
+std::vector<int64_t> loss_head_candidates(const JobConfig& config, int64_t batch);
 
 // The config with model.loss_chunk_rows as `setup` resolved it: what the
 // commands hand on to everything else that builds the model (calibration,

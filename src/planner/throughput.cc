@@ -57,14 +57,9 @@ std::vector<ThroughputChoice> maximize_throughput(const JobConfig& config,
   const std::vector<int64_t> batches =
       fixed_global ? dividing_batches(config, kMostBatch) : candidate_batches(kMostBatch);
   for (int64_t batch : batches) {
-    // model.loss_chunk_rows = "auto": both heads, each its own row
-    // (planner/setup.h), where a chunk would not hold every row.
-    std::vector<int64_t> heads = {static_cast<int64_t>(config.model.loss_chunk_rows.value)};
-    const bool both_heads = config.model.loss_chunk_rows.automatic &&
-                            batch * config.training.seq_len > kSuggestedLossChunkRows;
-    if (both_heads) heads = {0, kSuggestedLossChunkRows};
+    // model.loss_chunk_rows = "auto": each head it weighs, its own row.
     bool any_fits = false;
-    for (const int64_t rows : heads) {
+    for (const int64_t rows : loss_head_candidates(config, batch)) {
       JobConfig head = measured;
       head.model.loss_chunk_rows = NumberOrAuto{static_cast<double>(rows), false};
       Program program = build_model(head.model, batch, config.training.seq_len).program;
