@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs every fuzz target (tests/fuzz/README.md): first over its seed corpus,
-# then fuzzing for FUZZ_SECONDS (default 15). Fails at the first target that
-# crashes, reports a sanitizer error, lets an exception other than InputError
-# escape, times out on one input or allocates more than the limits below.
+# then fuzzing for FUZZ_SECONDS (default 15), FUZZ_JOBS targets at a time
+# (default: one per core). Fails when a target crashes, reports a sanitizer
+# error, lets an exception other than InputError escape, times out on one
+# input or allocates more than the limits below.
 #
 # New inputs are kept in a scratch folder, not in the repository; a failing
 # input is saved under <build-fuzz>/artifacts/ with the command to replay it.
@@ -28,33 +29,56 @@ mkdir -p "$artifacts"
 # One input may take at most 10 s and 512 MiB in one allocation, the whole
 # process 2 GiB (libFuzzer's -rss_limit_mb); every input here is a few KiB.
 limits=(-timeout=10 -malloc_limit_mb=512 -rss_limit_mb=2048)
-failed=0
-for target in "${targets[@]}"; do
-  binary="$build/fuzz_$target"
-  seeds="$here/corpus/$target"
-  if [ ! -x "$binary" ] || [ ! -d "$seeds" ] || [ -z "$(ls -A "$seeds")" ]; then
-    echo "fuzz_$target: missing binary $binary or seed corpus $seeds" >&2
-    exit 1
-  fi
-  mkdir -p "$scratch/$target"
-  log="$build/fuzz_$target.log"
+jobs_max=${FUZZ_JOBS:-$(nproc)}
+
+# One target; its verdict goes to $scratch/<target>.verdict, since the
+# targets run as background jobs.
+fuzz_one() {
+  local target=$1
+  local binary="$build/fuzz_$target"
+  local seeds="$here/corpus/$target"
+  local log="$build/fuzz_$target.log"
+  local start
   start=$(date +%s)
+  mkdir -p "$scratch/$target"
   rm -f "$artifacts/$target"-*
   # libFuzzer runs every seed first, then mutates for $seconds; new inputs go
   # to the first folder (scratch), the seeds folder is only read.
   if "$binary" "${limits[@]}" -max_total_time="$seconds" -print_final_stats=1 \
        -artifact_prefix="$artifacts/$target-" "$scratch/$target" "$seeds" >"$log" 2>&1; then
-    runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' | tail -1)
-    cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1)
+    local runs cov
+    runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' | tail -1 || true)
+    cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 || true)
     echo "fuzz_$target: ok, ${runs:-?} inputs in $(($(date +%s) - start)) s, $cov edges," \
          "$(ls "$seeds" | wc -l) seeds"
+    echo ok >"$scratch/$target.verdict"
   else
-    failed=1
-    echo "fuzz_$target: FAILED (log: $log)" >&2
-    grep -E 'ERROR|fuzz:|runtime error|SUMMARY|Test unit written' "$log" | head -20 >&2
-    for input in "$artifacts/$target"-*; do
-      [ -e "$input" ] && echo "  replay: $binary $input" >&2
-    done
+    # One write per report, so that reports of targets running side by side
+    # do not interleave.
+    {
+      echo "fuzz_$target: FAILED (log: $log)"
+      grep -E 'ERROR|fuzz:|runtime error|SUMMARY|Test unit written' "$log" | head -20 || true
+      for input in "$artifacts/$target"-*; do
+        [ -e "$input" ] && echo "  replay: $binary $input"
+      done
+    } 2>&1 | cat >&2
   fi
+}
+
+for target in "${targets[@]}"; do
+  if [ ! -x "$build/fuzz_$target" ] || [ ! -d "$here/corpus/$target" ] ||
+     [ -z "$(ls -A "$here/corpus/$target")" ]; then
+    echo "fuzz_$target: missing binary $build/fuzz_$target or seed corpus $here/corpus/$target" >&2
+    exit 1
+  fi
+done
+for target in "${targets[@]}"; do
+  while [ "$(jobs -rp | wc -l)" -ge "$jobs_max" ]; do wait -n || true; done
+  fuzz_one "$target" &
+done
+wait
+failed=0
+for target in "${targets[@]}"; do
+  [ "$(cat "$scratch/$target.verdict" 2>/dev/null)" = ok ] || failed=1
 done
 exit $failed
