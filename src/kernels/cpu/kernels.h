@@ -36,6 +36,9 @@ void set_num_threads(int threads);
 // them, the calling thread among them), at the same time.
 void run_on_every_thread(const std::function<void()>& fn);
 int num_threads();
+// Calls fn(i) once for each i in [0, n) on the kernels' threads, in no set
+// order: for work whose result does not depend on which thread does what.
+void parallel_for(int64_t n, const std::function<void(int64_t)>& fn);
 
 // The ISA cap, to measure an AVX2-only machine on a newer one:
 // REMAT_MAX_ISA=avx2 keeps every kernel to what such a CPU has (the bf16

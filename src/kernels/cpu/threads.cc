@@ -38,6 +38,11 @@ void run_on_every_thread(const std::function<void()>& fn) {
   fn();
 }
 
+void parallel_for(int64_t n, const std::function<void(int64_t)>& fn) {
+#pragma omp parallel for schedule(dynamic) num_threads(num_threads()) if (n > 1)
+  for (int64_t i = 0; i < n; ++i) fn(i);
+}
+
 namespace detail {
 
 namespace {
