@@ -1,6 +1,9 @@
 #include "core/memory.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <new>
@@ -30,8 +33,63 @@ int64_t MemorySnapshot::total() const {
   return sum;
 }
 
+namespace {
+
+// Buffers of 2 MiB or more are mapped on their own, on a 2 MiB boundary, and
+// ask for transparent huge pages: one page fault per 2 MiB instead of 512
+// (each costs microseconds, more in a virtual machine: they were half of a
+// small run's start-up) and fewer TLB misses in the kernels. Fresh pages
+// from the kernel, not the heap's (which may already be resident in 4 KiB
+// pages). The kernel backs only whole aligned 2 MiB ranges with huge pages,
+// so a buffer's resident bytes exceed its size by less than its cache
+// colour (below); where huge pages are off, the advice does nothing.
+constexpr size_t kHugePage = size_t{2} << 20;
+// Under AddressSanitizer every buffer stays on the heap, whose bounds it
+// checks (it does not watch the ends of a mapping).
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kMapLargeBuffers = false;
+#else
+constexpr bool kMapLargeBuffers = true;
+#endif
+
+bool mapped_on_its_own(size_t rounded) { return kMapLargeBuffers && rounded >= kHugePage; }
+
+void* map_huge(size_t bytes) {
+  // Cache colour: successive buffers start at different offsets into their
+  // first huge page (a cycle of 64 lines of 64 bytes), so that kernels
+  // streaming several buffers at once do not map them all to the same
+  // cache sets, as buffers all aligned to 2 MiB would.
+  static std::atomic<uint64_t> count{0};
+  const size_t color = (count.fetch_add(1) * 17 % 64) * 64;
+  bytes += color;
+  const size_t span = bytes + kHugePage;
+  void* mapped = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (mapped == MAP_FAILED) throw std::bad_alloc();
+  // Keep [start, start + bytes) rounded to whole pages; return the rest.
+  const uintptr_t base = reinterpret_cast<uintptr_t>(mapped);
+  const uintptr_t start = (base + kHugePage - 1) / kHugePage * kHugePage;
+  const uintptr_t end = start + (bytes + 4095) / 4096 * 4096;
+  if (start > base) munmap(mapped, start - base);
+  if (base + span > end) munmap(reinterpret_cast<void*>(end), base + span - end);
+  madvise(reinterpret_cast<void*>(start), bytes, MADV_HUGEPAGE);
+  return reinterpret_cast<void*>(start + color);
+}
+
+void free_buffer(void* pointer, size_t rounded) {
+  if (mapped_on_its_own(rounded)) {
+    // The mapping starts at the huge page boundary below the buffer.
+    const uintptr_t at = reinterpret_cast<uintptr_t>(pointer);
+    const uintptr_t start = at / kHugePage * kHugePage;
+    munmap(reinterpret_cast<void*>(start), at - start + rounded);
+  } else {
+    std::free(pointer);
+  }
+}
+
+}  // namespace
+
 HostStorage::~HostStorage() {
-  for (auto& [size, pointer] : cache_) std::free(pointer);
+  for (auto& [size, pointer] : cache_) free_buffer(pointer, size);
 }
 
 void* HostStorage::allocate(int64_t bytes) {
@@ -42,6 +100,7 @@ void* HostStorage::allocate(int64_t bytes) {
     cached_bytes_ -= static_cast<int64_t>(rounded);
     return pointer;
   }
+  if (mapped_on_its_own(rounded)) return map_huge(rounded);
   void* pointer = std::aligned_alloc(64, rounded);
   if (pointer == nullptr) throw std::bad_alloc();
   return pointer;

@@ -1,9 +1,8 @@
 #include "runtime/model_state.h"
 
 #include <algorithm>
-#include <cmath>
-#include <random>
 
+#include "core/normal.h"
 #include "kernels/cpu/kernels.h"
 
 namespace remat {
@@ -45,36 +44,8 @@ uint64_t mix(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-// Standard normals by Box-Muller, written out so the numbers do not depend on
-// the C++ library's distribution implementation. Each pair of uniforms gives
-// two normals (the cosine and the sine): the logarithm and the trigonometry
-// are most of the cost of initializing a model.
-class NormalSource {
- public:
-  explicit NormalSource(uint64_t seed) : rng_(seed) {}
-
-  double next() {
-    if (has_spare_) {
-      has_spare_ = false;
-      return spare_;
-    }
-    constexpr double kTwoPi = 6.283185307179586476925286766559;
-    const double u1 = (static_cast<double>(rng_() >> 11) + 0.5) * 0x1.0p-53;
-    const double u2 = static_cast<double>(rng_() >> 11) * 0x1.0p-53;
-    const double radius = std::sqrt(-2.0 * std::log(u1));
-    spare_ = radius * std::sin(kTwoPi * u2);
-    has_spare_ = true;
-    return radius * std::cos(kTwoPi * u2);
-  }
-
- private:
-  std::mt19937_64 rng_;
-  double spare_ = 0;
-  bool has_spare_ = false;
-};
-
 // Draws n values of `init` into host memory.
-void draw(const ParamInit& init, NormalSource& normals, int64_t n, float* out) {
+void draw(const ParamInit& init, StandardNormal& normal, int64_t n, float* out) {
   for (int64_t j = 0; j < n; ++j) {
     double value = 0;
     switch (init.kind) {
@@ -85,12 +56,12 @@ void draw(const ParamInit& init, NormalSource& normals, int64_t n, float* out) {
         value = 1;
         break;
       case ParamInit::Kind::kNormal:
-        value = init.std * normals.next();
+        value = init.std * normal();
         break;
       case ParamInit::Kind::kTruncatedNormal:
         // Rejection sampling: exact truncated normal on [lower, upper].
         do {
-          value = init.std * normals.next();
+          value = init.std * normal();
         } while (value < init.lower || value > init.upper);
         break;
     }
@@ -98,9 +69,8 @@ void draw(const ParamInit& init, NormalSource& normals, int64_t n, float* out) {
   }
 }
 
-// Values per generator. A normal draw costs tens of nanoseconds (a log and a
-// cosine), about 4 minutes for an 8B model on one core, so blocks fill in
-// parallel; each has its own generator, seeded by the run's seed, the
+// Values per generator. Blocks fill in parallel (an 8B model is 8 billion
+// draws); each has its own generator, seeded by the run's seed, the
 // parameter's name and the block's index, so the values are the same for
 // every thread count and every sharding.
 constexpr int64_t kValuesPerGenerator = int64_t{1} << 16;
@@ -111,9 +81,9 @@ void draw_initial_values(const Param& p, uint64_t seed, float* host, int64_t n) 
   const uint64_t stream = seed * 0x9E3779B97F4A7C15ull ^ fnv1a(p.fqn);
   const int64_t blocks = (n + kValuesPerGenerator - 1) / kValuesPerGenerator;
   cpu::parallel_for(blocks, [&](int64_t b) {
-    NormalSource normals(mix(stream + static_cast<uint64_t>(b)));
+    StandardNormal normal(mix(stream + static_cast<uint64_t>(b)));
     const int64_t begin = b * kValuesPerGenerator;
-    draw(p.init, normals, std::min(kValuesPerGenerator, n - begin), host + begin);
+    draw(p.init, normal, std::min(kValuesPerGenerator, n - begin), host + begin);
   });
 }
 
