@@ -59,8 +59,7 @@ double StandardNormal::operator()() {
     if (layer == 0) return tail(negative);
     // The wedge between the layer's rectangle and the curve: a uniform
     // height in the layer, kept if it falls under f(x).
-    const double y =
-        t.height[layer] + unit(rng_()) * (t.height[layer + 1] - t.height[layer]);
+    const double y = t.height[layer] + unit(rng_()) * (t.height[layer + 1] - t.height[layer]);
     if (y < density(x)) return negative ? -x : x;
   }
 }
