@@ -67,12 +67,16 @@ fuzz: deps
 # (kernels_linear_*, train_fresh_gradients_*: the same tests with
 # REMAT_FP32_GEMM forced) run in the Release suite only; under ASan they
 # took 3.5 of its 8 minutes and add no code the default run misses but the
-# library wrappers, which the kernel tests in the default run reach too.
+# library wrappers, which the kernel tests in the default run reach too. So
+# does BudgetSolver.SolvesTheLargestFlavors (over a minute under ASan): the
+# solver's code on the largest models, which the other budget tests run on
+# smaller ones.
 asan: deps
 	cmake -S . -B $(ASAN_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Asan
 	cmake --build $(ASAN_DIR) -j $(JOBS)
 	cd $(ASAN_DIR) && $(SANITIZER_ENV) ctest --output-on-failure -j 1 -L unit \
-	    -E '^(kernels_linear|train_fresh_gradients)_' --timeout 900
+	    -E '^(kernels_linear|train_fresh_gradients)_|^BudgetSolver\.SolvesTheLargestFlavors$$' \
+	    --timeout 900
 	$(SANITIZER_ENV) /usr/bin/python3 tests/sanitize/train_ac_modes.py $(ASAN_DIR)/remat
 
 bench: build

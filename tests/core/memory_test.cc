@@ -49,7 +49,9 @@ TEST(HostStorage, LargeBuffersLiveSideBySideWithDifferentCacheColours) {
     EXPECT_EQ(buffers[static_cast<size_t>(i)][0], i);
     EXPECT_EQ(buffers[static_cast<size_t>(i)][bytes - 1], i);
   }
+#if !defined(__SANITIZE_ADDRESS__)  // under ASan they stay on the heap, uncoloured
   EXPECT_GT(colours.size(), 4u);
+#endif
   for (unsigned char* p : buffers) storage.release(p, bytes);
 }
 
