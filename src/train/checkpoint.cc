@@ -1,8 +1,10 @@
 #include "train/checkpoint.h"
 
+#include <algorithm>
 #include <charconv>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <stdexcept>
 
 #include "core/dtype.h"
@@ -209,6 +211,48 @@ RunRecord RunRecord::read(const std::map<std::string, std::string>& metadata,
 
 namespace {
 
+// The layer index of "layers.<k>." at the start of a tensor name (after an
+// optimizer prefix), or -1.
+int64_t layer_of(std::string name) {
+  for (const char* prefix : {kExpAvg, kExpAvgSq}) {
+    if (name.rfind(prefix, 0) == 0) name.erase(0, std::string(prefix).size());
+  }
+  const std::string head = "layers.";
+  if (name.rfind(head, 0) != 0) return -1;
+  int64_t k = -1;
+  const char* first = name.data() + head.size();
+  const char* last = name.data() + name.size();
+  const auto [end, ec] = std::from_chars(first, last, k);
+  if (ec != std::errc() || end == first || end == last || *end != '.') return -1;
+  return k;
+}
+
+// A checkpoint of a deeper model holds every tensor of a shallower one, so
+// loading it into the shallower one would silently drop layers: a tensor of
+// a layer this model does not have is refused. Other tensors the model does
+// not read (a torchtitan file's buffers, say) are left unread.
+void refuse_missing_layers(const std::string& path, const std::vector<Param>& params,
+                           const std::vector<std::string>& names) {
+  std::set<int64_t> layers;
+  for (const Param& p : params) {
+    if (const int64_t k = layer_of(p.fqn); k >= 0) layers.insert(k);
+  }
+  int64_t deepest = -1;
+  std::string example;
+  for (const std::string& name : names) {
+    const int64_t k = layer_of(name);
+    if (k < 0 || layers.count(k)) continue;
+    if (k > deepest) example = name;
+    deepest = std::max(deepest, k);
+  }
+  if (deepest < 0) return;
+  throw InputError(
+      "checkpoint error: '" + path + "' has tensor '" + example +
+      "' of a layer this model does not have (its layers: " + std::to_string(layers.size()) +
+      ", the checkpoint's: at least " + std::to_string(deepest + 1) +
+      "); expected the weights of this model: check " + "model.flavor and model.n_layers");
+}
+
 // A sharded checkpoint's state, part by part and unit by unit in the
 // index's order, so each shard tensor is read once.
 int64_t load_sharded_checkpoint(const std::string& folder, ModelState& state, bool with_optimizer) {
@@ -221,6 +265,11 @@ int64_t load_sharded_checkpoint(const std::string& folder, ModelState& state, bo
                        "' (expected the weights of this model: check model.flavor and sizes)");
     id_of_fqn[params[i].fqn] = i;
   }
+  std::vector<std::string> names;
+  for (const ShardIndex::Unit& unit : c.index().units) {
+    for (const ShardIndex::Param& p : unit.params) names.push_back(p.fqn);
+  }
+  refuse_missing_layers(folder, params, names);
   const bool moments = with_optimizer && c.index().with_optimizer;
   if (moments) state.ensure_optimizer_state();
   std::vector<Tensor>* targets[] = {&state.params, &state.exp_avg, &state.exp_avg_sq};
@@ -250,6 +299,7 @@ int64_t load_checkpoint(const std::string& path, ModelState& state, bool with_op
     return load_sharded_checkpoint(path, state, with_optimizer);
   SafetensorsReader reader = SafetensorsReader::open(path);
   const auto& params = state.program->params;
+  refuse_missing_layers(path, params, reader.names());
   const bool moments = with_optimizer && reader.has(kExpAvg + params[0].fqn);
   int64_t total = 0, done = 0;
   for (const Param& p : params) total += bytes_of(numel(p.shape), DType::kF32) * (moments ? 3 : 1);
