@@ -46,6 +46,20 @@ PlanCommandOptions plan_options(const CommandLine& c) {
   }
   if (auto it = c.extra.find("timeline-compare"); it != c.extra.end())
     options.timeline_compare = it->second;
+  // Each output is written whole and renamed into place, so two outputs at
+  // one path would leave only the last: one of them silently lost.
+  if (!options.pareto_path.empty() && !options.timeline_path.empty()) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    auto resolved = [&](const std::string& path) {
+      return fs::weakly_canonical(fs::absolute(path, ec), ec);
+    };
+    const fs::path pareto = resolved(options.pareto_path);
+    const fs::path timeline = resolved(options.timeline_path);
+    if (!ec && pareto == timeline)
+      throw InputError("--pareto and --timeline both name '" + options.timeline_path +
+                       "': expected a file for each");
+  }
   return options;
 }
 
