@@ -43,9 +43,10 @@ std::string message_of(const sentencepiece::util::Status& status) {
 }
 
 void check_train_options(const SentencePieceTrainOptions& o) {
-  if (o.vocab_size <= 0)
+  if (o.vocab_size <= 3)
     throw InputError("tokenizer train: --vocab_size " + std::to_string(o.vocab_size) +
-                     ": expected an integer > 0");
+                     ": expected an integer > 3 (ids 0-2 are the unknown, begin and end "
+                     "pieces; the text needs ids of its own)");
   if (o.model_type != "bpe" && o.model_type != "unigram")
     throw InputError("tokenizer train: --model_type " + o.model_type +
                      ": expected \"bpe\" or \"unigram\"");
@@ -118,9 +119,17 @@ void train_sentencepiece(const SentencePieceTrainOptions& options) {
   LineIterator lines(text);
   std::string model;
   const auto status = sentencepiece::SentencePieceTrainer::Train(spec, &lines, &model);
-  if (!status.ok())
+  if (!status.ok()) {
+    // SentencePiece's advice names its own flags, which remat does not
+    // take: keep its finding, give remat's remedy.
+    std::string why = message_of(status);
+    if (const size_t advice = why.find(" Increase vocab_size"); advice != std::string::npos)
+      why = why.substr(0, advice) + " Expected a --vocab_size above the text's number of " +
+            "distinct characters (the second number) plus 3.";
     throw InputError("tokenizer train: cannot train on '" + options.input + "' with --vocab_size " +
-                     std::to_string(options.vocab_size) + ": " + message_of(status));
+                     std::to_string(options.vocab_size) + ": " +
+                     (why.empty() ? "SentencePiece refused it without a reason" : why));
+  }
   AtomicFile out(options.output, "--output", /*make_folders=*/true);
   out.write(model.data(), static_cast<int64_t>(model.size()));
   out.commit();

@@ -91,6 +91,13 @@ def check_bad_inputs(tmp, train_text):
     expect_input_error("bad model type", ["tokenizer", "train", "--input", str(train_text),
                        "--vocab_size", "100", "--output", str(out), "--model_type", "word2"],
                        "--model_type word2", out)
+    expect_input_error("vocab of only the special pieces", ["tokenizer", "train", "--input",
+                       str(train_text), "--vocab_size", "2", "--output", str(out)],
+                       "expected an integer > 3", out)
+    expect_input_error("vocab smaller than the characters", ["tokenizer", "train", "--input",
+                       str(train_text), "--vocab_size", "5", "--output", str(out)],
+                       "Expected a --vocab_size above the text's number of distinct characters",
+                       out)
     expect_input_error("bad vocab size", ["tokenizer", "train", "--input", str(train_text),
                        "--vocab_size", "12x", "--output", str(out)], "--vocab_size 12x", out)
     expect_input_error("unknown flag", ["tokenizer", "train", "--input", str(train_text),
