@@ -312,6 +312,12 @@ void convert_sharded_checkpoint(const std::string& folder, const std::string& ou
   const ShardIndex& index = c.index();
   size_t count = 0;
   for (const ShardIndex::Unit& u : index.units) count += u.params.size();
+  // What loading the output would refuse is refused here, before the output
+  // is written: an index of no parameters, or a run record a load rejects.
+  if (count == 0)
+    throw InputError("checkpoint convert: '" + folder + "/" + kShardIndexName +
+                     "' lists no parameters: expected the units of a model's weights");
+  RunRecord::read(index.run, folder + "/" + kShardIndexName);
   // Tensors in a single-file checkpoint's order (save_checkpoint): the
   // weights by ParamId, then each parameter's two moments.
   const int parts = index.with_optimizer ? 3 : 1;

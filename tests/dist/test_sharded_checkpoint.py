@@ -38,6 +38,7 @@ Exit 0 only if everything holds.
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -158,6 +159,28 @@ def convert_and_oracle(remat, tmp):
                    status=None)
         check(f"convert, {label}: exit 2 naming the problem, nothing written",
               proc.returncode == 2 and message in proc.stderr and not os.path.exists(bad_out),
+              f"{proc.returncode}: {proc.stderr[-300:]}")
+    # Indexes a load would refuse: convert refuses them too, and the file
+    # already at DST keeps its bytes.
+    keep = os.path.join(tmp, "keep.safetensors")
+    with open(keep, "wb") as f:
+        f.write(b"an earlier file")
+    for label, edit, message in [
+            ("an index of no units", lambda index: index.update(units=[]), "lists no parameters"),
+            ("a negative training.steps", lambda index: index["run"].update(
+                {"training.steps": "-1"}), "expected a non-negative decimal integer")]:
+        edited = os.path.join(tmp, "edited-" + label.replace(" ", "_"))
+        shutil.copytree(folder(tmp, "small", 3), edited)
+        with open(os.path.join(edited, "index.json")) as f:
+            index = json.load(f)
+        edit(index)
+        with open(os.path.join(edited, "index.json"), "w") as f:
+            json.dump(index, f)
+        proc = run([remat, "checkpoint", "convert", edited, keep], label, status=None)
+        with open(keep, "rb") as f:
+            kept = f.read() == b"an earlier file"
+        check(f"convert, {label}: exit 2 naming the problem, DST untouched",
+              proc.returncode == 2 and message in proc.stderr and kept,
               f"{proc.returncode}: {proc.stderr[-300:]}")
     args_json = os.path.join(tmp, "args.json")
     with open(args_json, "w") as f:
