@@ -2,6 +2,7 @@
 // the "config error: " prefix, and the flavor lookup every family does.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
 
@@ -12,6 +13,13 @@ namespace remat {
 // InputError "config error: <message>" unless `ok`.
 inline void require(bool ok, const std::string& message) {
   if (!ok) throw InputError("config error: " + message);
+}
+
+// A [model] size key: 0 keeps the flavor's value, a negative one is refused
+// naming the key.
+inline void require_size_or_flavor(const std::string& key, int64_t value) {
+  require(value >= 0, "model." + key + " = " + std::to_string(value) +
+                          ": expected a positive integer, or 0 for the flavor's value");
 }
 
 // The entry for model.flavor in a family's table, or an InputError that

@@ -45,10 +45,12 @@ TransformerArgs resolve_llama3_args(const JobConfig::Model& model) {
   // run's program; any other program built from it keeps the logits whole.
   args.loss_chunk_rows =
       model.loss_chunk_rows.automatic ? 0 : static_cast<int64_t>(model.loss_chunk_rows.value);
-  require(model.dim >= 0 && model.n_layers >= 0 && model.n_heads >= 0 && model.n_kv_heads >= 0 &&
-              model.vocab_size >= 0 && model.multiple_of >= 0,
-          "model sizes (dim, n_layers, n_heads, n_kv_heads, vocab_size, multiple_of) "
-          "must be positive, or 0 for the flavor's value");
+  require_size_or_flavor("dim", model.dim);
+  require_size_or_flavor("n_layers", model.n_layers);
+  require_size_or_flavor("n_heads", model.n_heads);
+  require_size_or_flavor("n_kv_heads", model.n_kv_heads);
+  require_size_or_flavor("vocab_size", model.vocab_size);
+  require_size_or_flavor("multiple_of", model.multiple_of);
   require(args.dim % args.n_heads == 0,
           "model.dim = " + std::to_string(args.dim) + " is not divisible by model.n_heads = " +
               std::to_string(args.n_heads) + " (expected dim to be a multiple of n_heads)");

@@ -69,9 +69,9 @@ Llama4Args resolve_llama4_args(const JobConfig::Model& model) {
   args.base = resolve_llama3_args(dense);
   args.base.ffn_dim_multiplier = multiplier;
 
-  require(model.num_experts >= 0 && model.top_k >= 0 && model.interleave_moe_layer_step >= 0,
-          "model.num_experts, model.top_k and model.interleave_moe_layer_step must be "
-          "positive, or 0 for the flavor's value");
+  require_size_or_flavor("num_experts", model.num_experts);
+  require_size_or_flavor("top_k", model.top_k);
+  require_size_or_flavor("interleave_moe_layer_step", model.interleave_moe_layer_step);
   if (model.num_experts > 0) args.num_experts = model.num_experts;
   if (model.top_k > 0) args.top_k = model.top_k;
   if (model.interleave_moe_layer_step > 0) {

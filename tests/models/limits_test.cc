@@ -36,6 +36,34 @@ TEST(ModelLimits, DebugModelsAndLargeFlavorsPass) {
   EXPECT_EQ(error_of(big, 1, 8192), "");  // `remat plan` must still price it
 }
 
+// Each negative size is refused by its own key (0 keeps the flavor's).
+TEST(ModelLimits, NegativeSizesAreRefusedByName) {
+  for (const auto& [name, key] : {std::pair{"dim", &JobConfig::Model::dim},
+                                  {"n_layers", &JobConfig::Model::n_layers},
+                                  {"n_heads", &JobConfig::Model::n_heads},
+                                  {"n_kv_heads", &JobConfig::Model::n_kv_heads},
+                                  {"vocab_size", &JobConfig::Model::vocab_size},
+                                  {"multiple_of", &JobConfig::Model::multiple_of}}) {
+    JobConfig::Model m = llama();
+    m.*key = -2;
+    const std::string e = error_of(m);
+    EXPECT_NE(e.find(std::string("model.") + name + " = -2: expected a positive integer"),
+              std::string::npos)
+        << e;
+  }
+  for (const auto& [name, key] :
+       {std::pair{"num_experts", &JobConfig::Model::num_experts},
+        {"top_k", &JobConfig::Model::top_k},
+        {"interleave_moe_layer_step", &JobConfig::Model::interleave_moe_layer_step}}) {
+    JobConfig::Model m = llama("llama4");
+    m.*key = -1;
+    const std::string e = error_of(m);
+    EXPECT_NE(e.find(std::string("model.") + name + " = -1: expected a positive integer"),
+              std::string::npos)
+        << e;
+  }
+}
+
 TEST(ModelLimits, HugeVocabularyIsRefusedByName) {
   JobConfig::Model m = llama();
   m.vocab_size = int64_t{1} << 62;
