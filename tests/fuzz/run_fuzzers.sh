@@ -30,6 +30,10 @@ mkdir -p "$artifacts"
 # process 2 GiB (libFuzzer's -rss_limit_mb); every input here is a few KiB.
 limits=(-timeout=10 -malloc_limit_mb=512 -rss_limit_mb=2048)
 jobs_max=${FUZZ_JOBS:-$(nproc)}
+if ! [[ "$jobs_max" =~ ^[1-9][0-9]*$ ]]; then
+  echo "FUZZ_JOBS=$jobs_max: expected a positive integer (targets run at a time)" >&2
+  exit 2
+fi
 
 # One target; its verdict goes to $scratch/<target>.verdict, since the
 # targets run as background jobs.
