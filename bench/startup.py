@@ -9,7 +9,7 @@ and minor page faults from wait4(2), and the ratios. With --write, replaces
 the "startup" section of BENCHMARKS.md.
 
 Usage: /usr/bin/python3 bench/startup.py --before OLD/remat [--after build/remat]
-       [--rounds 5] [--write]
+       [--label TEXT] [--rounds 5] [--write]
 """
 import argparse
 import os
@@ -47,14 +47,16 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--before", required=True)
     parser.add_argument("--after", default="build/remat")
+    parser.add_argument("--label", default="")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args()
     begin, end = markers("startup")
     load = os.getloadavg()[0]
-    out = [begin, "## Start-up", "",
+    label = f' --label "{args.label}"' if args.label else ""
+    out = [begin, f"## Start-up{': ' + args.label if args.label else ''}", "",
            f"Command: `/usr/bin/python3 bench/startup.py --before {args.before} --after "
-           f"{args.after} --write` on {machine()}, {os.cpu_count()} cores, 2 threads, "
+           f"{args.after}{label} --write` on {machine()}, {os.cpu_count()} cores, 2 threads, "
            f"{time.strftime('%Y-%m-%d %H:%M')} UTC, 1-minute load average {load:.1f} at the "
            f"start. `remat train --training.steps 1` at batch 2 x seq 64; medians over "
            f"{args.rounds} interleaved rounds of wall time, CPU time (user + system) and minor "
