@@ -10,7 +10,6 @@ BENCHMARKS.md.
 Usage: /usr/bin/python3 bench/before_after.py --before OLD/remat --after build/remat
        [--label "issue 10 seams"] [--steps 6] [--rounds 3] [--write]
 """
-import argparse
 import json
 import os
 import statistics
@@ -18,7 +17,7 @@ import subprocess
 import tempfile
 import time
 
-from benchmarks_file import machine, markers, replace_section
+from benchmarks_file import machine, markers, replace_section, two_build_arguments
 
 AC = "--activation_checkpoint."
 MODES = {
@@ -51,13 +50,8 @@ def upper_decile(xs):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--before", required=True)
-    parser.add_argument("--after", default="build/remat")
-    parser.add_argument("--label", default="")
+    parser = two_build_arguments(rounds=3)
     parser.add_argument("--steps", type=int, default=6)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--write", action="store_true")
     args = parser.parse_args()
     begin, end = markers("before_after")
     load = os.getloadavg()[0]

@@ -1,6 +1,7 @@
 """BENCHMARKS.md is shared by several bench scripts: each owns one section
 between <!-- NAME:begin --> and <!-- NAME:end --> and replaces only that,
 writing to a temporary file and renaming it so a crash never truncates it."""
+import argparse
 import os
 import re
 
@@ -38,3 +39,16 @@ def machine():
     # Zen 5 (whole 512-bit FMAs, twice the fp32 peak).
     family = next((l.split(":", 1)[1].strip() for l in info if l.startswith("cpu family")), None)
     return f"{cpu} (family {family}, {isa})" if family else f"{cpu} ({isa})"
+
+
+def two_build_arguments(rounds):
+    """The arguments of a benchmark that runs two builds of remat side by side
+    (before_after.py, startup.py): the binaries, a label for the section's
+    title, the interleaved rounds and whether to write BENCHMARKS.md."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--before", required=True)
+    parser.add_argument("--after", default="build/remat")
+    parser.add_argument("--label", default="")
+    parser.add_argument("--rounds", type=int, default=rounds)
+    parser.add_argument("--write", action="store_true")
+    return parser

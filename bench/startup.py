@@ -11,14 +11,13 @@ the "startup" section of BENCHMARKS.md.
 Usage: /usr/bin/python3 bench/startup.py --before OLD/remat [--after build/remat]
        [--label TEXT] [--rounds 5] [--write]
 """
-import argparse
 import os
 import statistics
 import subprocess
 import tempfile
 import time
 
-from benchmarks_file import machine, markers, replace_section
+from benchmarks_file import machine, markers, replace_section, two_build_arguments
 
 MODELS = {
     "llama3 debug (6.2M parameters)": "configs/llama3_debug.toml",
@@ -44,12 +43,7 @@ def run_once(remat, config, tmp):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--before", required=True)
-    parser.add_argument("--after", default="build/remat")
-    parser.add_argument("--label", default="")
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--write", action="store_true")
+    parser = two_build_arguments(rounds=5)
     args = parser.parse_args()
     begin, end = markers("startup")
     load = os.getloadavg()[0]
