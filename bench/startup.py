@@ -3,8 +3,8 @@
 Times `remat train --training.steps 1` at batch 2 x seq 64 (a step costs a few
 milliseconds there, so the wall time is start-up: the config, the plan, the
 initial weights, the first touch of every buffer) for a "before" and an
-"after" binary, interleaved over --rounds rounds so that a disturbance hits
-both alike. Reports each one's median wall time, CPU time (user + system)
+"after" binary, interleaved over --rounds rounds (each pair in the other
+order from the last) so that a disturbance hits both alike. Reports each one's median wall time, CPU time (user + system)
 and minor page faults from wait4(2), and the ratios. With --write, replaces
 the "startup" section of BENCHMARKS.md.
 
@@ -53,7 +53,7 @@ def main():
            f"{args.after}{label} --write` on {machine()}, {os.cpu_count()} cores, 2 threads, "
            f"{time.strftime('%Y-%m-%d %H:%M')} UTC, 1-minute load average {load:.1f} at the "
            f"start. `remat train --training.steps 1` at batch 2 x seq 64; medians over "
-           f"{args.rounds} interleaved rounds of wall time, CPU time (user + system) and minor "
+           f"{args.rounds} interleaved rounds (the order alternating) of wall time, CPU time (user + system) and minor "
            "page faults, from wait4(2).", "",
            "| model | before wall (s) | after wall (s) | after / before | before CPU (s) | "
            "after CPU (s) | before faults | after faults |",
@@ -61,8 +61,11 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         for name, config in MODELS.items():
             runs = {"before": [], "after": []}
-            for _ in range(args.rounds):
-                for which in ("before", "after"):
+            for r in range(args.rounds):
+                # Which build goes first alternates: the first run of a pair
+                # measured up to 12% slower than the second with the same
+                # binary on both sides.
+                for which in ("before", "after") if r % 2 == 0 else ("after", "before"):
                     runs[which].append(run_once(getattr(args, which), config, tmp))
             med = {w: [statistics.median(r[i] for r in runs[w]) for i in range(3)]
                    for w in runs}
