@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <optional>
 #include <stdexcept>
+#include <unordered_map>
 
 namespace remat {
 
@@ -54,6 +55,13 @@ Schedule make_schedule(const Program& program, const Plan& plan, bool with_backw
     schedule.steps.push_back({Step::Kind::kForward, n, {}});
   }
   if (with_backward) {
+    // Each block's recomputed nodes in forward order, gathered in one pass:
+    // scanning every node at each block boundary made a schedule quadratic
+    // in the number of layers.
+    std::unordered_map<int32_t, std::vector<int32_t>> recomputed_in_block;
+    for (int32_t r = 0; r < n_nodes; ++r) {
+      if (plan.recompute[r]) recomputed_in_block[program.nodes[r].block].push_back(r);
+    }
     std::optional<int32_t> current_block;  // none before the first backward step
     for (int32_t n = n_nodes - 1; n >= 0; --n) {
       const int32_t block = program.nodes[n].block;
@@ -61,8 +69,9 @@ Schedule make_schedule(const Program& program, const Plan& plan, bool with_backw
         current_block = block;
         // Rebuild what this block's backward needs, in forward order, before
         // any of its backward steps run.
-        for (int32_t r = 0; r < n_nodes; ++r) {
-          if (plan.recompute[r] && program.nodes[r].block == block) {
+        const auto recomputed = recomputed_in_block.find(block);
+        if (recomputed != recomputed_in_block.end()) {
+          for (int32_t r : recomputed->second) {
             schedule.steps.push_back({Step::Kind::kRecompute, r, {}});
           }
         }

@@ -492,7 +492,16 @@ void check_run_fits(const JobConfig& as_given, const Setup& setup) {
   if (p.peak_bytes <= available) return;
 
   std::string advice;
-  const std::vector<ModeRow> modes = predict_modes(model.program, configured, cpu);
+  // No AC mode or batch size shrinks the model state: when it alone does not
+  // fit, searching them would only take time (minutes for thousands of layers).
+  if (p.state_bytes > available) {
+    advice = "the model state alone (parameters, gradients, optimizer state" +
+             std::string(cpu.shard_degree > 1 ? ", this rank's shards" : "") + ") takes " +
+             format_bytes(p.state_bytes) + ", so no AC mode or batch size fits; use a smaller " +
+             "model" + (cpu.shard_degree > 1 ? ", more shards" : "") + " or more memory";
+  }
+  const std::vector<ModeRow> modes =
+      advice.empty() ? predict_modes(model.program, configured, cpu) : std::vector<ModeRow>{};
   if (const Prediction* best = least_recompute_fitting(modes, available)) {
     advice = "activation checkpointing \"" + best->mode + "\" would fit (peak " +
              format_bytes(best->peak_bytes) + ")";

@@ -116,6 +116,7 @@ Prediction replay(const Program& program, const Plan& plan, const PlannerOptions
     if (watch) watch->open(allocator, step);
   });
   allocator.reset_peak();
+  const int64_t state_bytes = allocator.current().total();
   executor.run(Batch{nullptr, nullptr});
   if (watch) watch->close(allocator);
   booker.gathered_params.reset();
@@ -127,6 +128,7 @@ Prediction replay(const Program& program, const Plan& plan, const PlannerOptions
   p.at_peak = allocator.at_peak();
   p.peak_during = allocator.peak_label();
   p.kept_activation_bytes = allocator.category_peaks()[MemoryCategory::kActivations];
+  p.state_bytes = state_bytes;
   p.model_flops = executor.counts().forward_flops + executor.counts().backward_flops;
   p.recompute_flops = executor.counts().recompute_flops;
   p.warnings = plan.warnings;

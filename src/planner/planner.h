@@ -45,8 +45,11 @@ struct Prediction {
   MemorySnapshot at_peak;             // breakdown at the peak moment
   std::string peak_during;            // "backward layers.0.attention.sdpa"
   int64_t kept_activation_bytes = 0;  // high-water mark of kept activations
-  int64_t model_flops = 0;            // forward + backward, per step
-  int64_t recompute_flops = 0;        // per step
+  // What stays allocated for the whole run (parameters, gradients, optimizer
+  // state: the rank's shards when sharded), whatever the AC mode and batch.
+  int64_t state_bytes = 0;
+  int64_t model_flops = 0;      // forward + backward, per step
+  int64_t recompute_flops = 0;  // per step
   std::vector<std::string> warnings;
   bool fits = true;  // peak <= device_memory (when given)
 };

@@ -126,6 +126,7 @@ const float* Executor::weight(ParamId p, bool bf16_kernel) {
   if (!copy.defined()) {
     copy =
         Tensor(*allocator_, program_.params[p].shape, MemoryCategory::kTemporaries, DType::kBF16);
+    copied_params_.push_back(p);
     if (!dry_run()) backend_.convert(state_.params[p], copy);
   }
   return copy.data();
@@ -142,7 +143,10 @@ void Executor::cast_unit_weights(size_t first) {
 }
 
 void Executor::release_weight_copies() {
-  for (Tensor& t : weight_copies_) t.reset();
+  // Only the copies made, not every parameter's slot: this runs at every
+  // unit boundary, and a scan of all slots made a run quadratic in layers.
+  for (ParamId p : copied_params_) weight_copies_[p].reset();
+  copied_params_.clear();
 }
 
 void Executor::release_values() {

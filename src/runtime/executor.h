@@ -174,7 +174,8 @@ class Executor {
   Backend& backend_;  // the state's: every kernel runs through it
   std::vector<Tensor> values_;
   std::vector<Tensor> grads_;
-  std::vector<Tensor> weight_copies_;  // by ParamId: bf16 copies in the current unit
+  std::vector<Tensor> weight_copies_;   // by ParamId: bf16 copies in the current unit
+  std::vector<ParamId> copied_params_;  // those of weight_copies_ that hold a copy
   ExecutionCounts counts_;
   std::string label_;
   double loss_ = 0;

@@ -439,6 +439,12 @@ def cases():
         Case("dim 2^31", ["--model.dim", "2147483648"], ["model.dim", "2147483648", "expected"]),
         Case("n_layers 2000000", ["--model.n_layers", "2000000"],
              ["model.n_layers", "2000000", "expected at most"]),
+        # The largest layer count allowed, at a memory its model state cannot
+        # fit: refused at once (the search for an AC mode or batch size that
+        # fits took minutes, quadratic in the layers, before it was skipped).
+        Case("n_layers 16384, model state over memory.limit",
+             ["--model.n_layers", "16384", "--memory.limit", "8GiB"],
+             ["memory.limit", "the model state alone", "no AC mode or batch size fits"]),
         Case("llama4 tokens x top_k over 2^24",
              ["--model.name", "llama4", "--training.seq_len", "65536",
               "--training.local_batch_size", "512"], ["top_k", "2^24"]),
