@@ -1,5 +1,6 @@
 // Ctrl-C (SIGINT) and SIGTERM, what schedulers send, ask a training run to
-// stop at the next step boundary; they never interrupt a step or a save.
+// stop at the next step boundary, or before a step's next microbatch (the
+// trainer then drops that step); they never interrupt a pass or a save.
 //
 // While a StopSignals object lives, both signals only record that a stop was
 // asked for, so a second Ctrl-C during the final checkpoint save cannot lose

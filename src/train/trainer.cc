@@ -373,7 +373,11 @@ class Trainer {
   int train();
 
  private:
-  bool train_step(int64_t step);
+  // How a step ended: kAbandoned when a stop signal came between two of its
+  // microbatches (the state is that of the step before).
+  enum class StepEnd { kCompleted, kDiverged, kAbandoned };
+  StepEnd train_step(int64_t step, const StopSignals& stop, int& signal);
+  void abandon_step(int64_t first_window);
   double run_executor(int64_t step, int64_t microbatch, const Batch& batch);
   void update(int64_t step, float grad_scale);
   void write_snapshot(int64_t step) const;
@@ -386,7 +390,7 @@ class Trainer {
   void report_divergence(int64_t step, double loss, double grad_norm) const;
   RunRecord run_record() const;
   void save(int64_t step) const;
-  int finish(int64_t step, bool diverged, int signal) const;
+  int finish(int64_t step, bool diverged, int signal, int64_t abandoned_microbatches) const;
   void print_memory(int64_t step) const;
   void print_communication() const;
   void print_parts_per_rank() const;
@@ -411,6 +415,7 @@ class Trainer {
   // Whether the data-parallel all-reduces run during this pass: only in a
   // step's last microbatch, once the gradients hold every microbatch's sum.
   bool reduces_in_this_pass_ = true;
+  int64_t microbatches_done_ = 0;  // of the step in progress
   DevicePeak peak_;
   const int64_t flops_per_token_;
   // profiling.enable_profiling (or REMAT_PROFILE=1) prints where the steps'
@@ -493,20 +498,30 @@ int Trainer::train() {
   // Twice the furthest a heap's high-water mark was seen to move after
   // warm-up (2 MiB, host_memory.h).
   constexpr int64_t kMallocHeadroomBytes = 4 << 20;
+  int64_t abandoned_microbatches = 0;  // of the step a signal cut short
   while (step < config_.training.steps && !(signal = agreed_stop(stop)) && !diverged) {
-    diverged = !train_step(++step);
+    const StepEnd end = train_step(step + 1, stop, signal);
+    if (end == StepEnd::kAbandoned) {
+      abandoned_microbatches = microbatches_done_;
+      break;
+    }
+    diverged = end == StepEnd::kDiverged;
+    ++step;
     if (step == start_step_ + kMallocWarmUpSteps) {
       end_malloc_warm_up();
       cpu::run_on_every_thread([] { touch_malloc_headroom(kMallocHeadroomBytes); });
     }
   }
   end_malloc_warm_up();
-  return finish(step, diverged, signal);
+  return finish(step, diverged, signal, abandoned_microbatches);
 }
 
-// One step, as llm.c and torchtitan write it. Returns false when the loss or
-// the gradient norm is not finite: the run stops there.
-bool Trainer::train_step(int64_t step) {
+// One step, as llm.c and torchtitan write it. Ends kDiverged when the loss or
+// the gradient norm is not finite: the run stops there. A stop signal between
+// two microbatches abandons the step (`signal` set): a step of many
+// microbatches can outlast a scheduler's grace period between SIGTERM and
+// SIGKILL, and nothing of it is in the weights before its update.
+Trainer::StepEnd Trainer::train_step(int64_t step, const StopSignals& stop, int& signal) {
   ModelState& state = session_.state;
   session_.allocator.reset_peak();
   // Each microbatch's gradients are those of its mean loss: the first pass
@@ -514,7 +529,13 @@ bool Trainer::train_step(int64_t step) {
   // count below, giving the gradient of the mean loss over the step's
   // batches (each as many tokens), as torchtitan's scaled losses do.
   double loss = 0;
+  const int64_t first_window = loader_.position();
   for (int64_t micro = 0; micro < microbatches_; ++micro) {
+    microbatches_done_ = micro;
+    if (micro > 0 && (signal = agreed_stop(stop))) {
+      abandon_step(first_window);
+      return StepEnd::kAbandoned;
+    }
     loader_.next(inputs_, targets_);
     const std::span<const int32_t> inputs = data_parallel_.local_rows(inputs_);
     reduces_in_this_pass_ = micro + 1 == microbatches_;
@@ -559,14 +580,25 @@ bool Trainer::train_step(int64_t step) {
   }
   if (diverged) {
     report_divergence(step, loss, grad_norm);
-    return false;
+    return StepEnd::kDiverged;
   }
   if (validator_ && step % config_.validation.freq == 0) validate(step);
   if (sample_tokenizer_ && step % config_.metrics.sample_freq == 0) sample(step);
   if (config_.checkpoint.enable && step % config_.checkpoint.interval == 0 &&
       !saved_by_snapshots(step))
     save(step);
-  return true;
+  return StepEnd::kCompleted;
+}
+
+// Leaves the state as the step before left it, so that the final checkpoint
+// resumes as if the abandoned step had never started: the data position goes
+// back to the step's first batch, and the MoE token counts (zero after every
+// update) are cleared. The gradients are left as they are: the next pass
+// overwrites them, and no checkpoint holds them.
+void Trainer::abandon_step(int64_t first_window) {
+  loader_.set_position(first_window);
+  reset_expert_counts(session_.state);
+  if (sharded_) sharded_->set_accumulating(false);
 }
 
 // What turns the state after step - 1 into the state after `step`: the
@@ -782,8 +814,15 @@ bool Trainer::saved_by_snapshots(int64_t step) const {
   return saved;
 }
 
-int Trainer::finish(int64_t step, bool diverged, int signal) const {
-  if (signal) {
+int Trainer::finish(int64_t step, bool diverged, int signal, int64_t abandoned_microbatches) const {
+  if (signal && abandoned_microbatches > 0) {
+    std::printf(
+        "interrupted by %s during step %lld, after %lld of its %lld microbatches: the step is "
+        "dropped (a resumed run reads its batches again); stopping after step %lld\n",
+        StopSignals::name(signal), static_cast<long long>(step + 1),
+        static_cast<long long>(abandoned_microbatches), static_cast<long long>(microbatches_),
+        static_cast<long long>(step));
+  } else if (signal) {
     std::printf("interrupted by %s: stopping after step %lld\n", StopSignals::name(signal),
                 static_cast<long long>(step));
   }

@@ -2,6 +2,10 @@
 
 - SIGTERM and SIGINT stop at a step boundary, save when checkpointing is on,
   and exit 143 / 130; a storm of further signals during the save loses nothing.
+- Under gradient accumulation a SIGTERM between two microbatches drops the
+  step in progress: the checkpoint is the step before's, and a run resumed
+  from it equals an uninterrupted run bit for bit (llama4: its expert token
+  counts as well as the data position go back to the step's start).
 - kill -9 keeps every metrics line logged so far, each valid JSON.
 - A non-finite loss stops the run at that step with exit 1, a message naming
   the step, the values and a parameter; metrics stay valid JSON; no checkpoint
@@ -246,8 +250,53 @@ def test_bad_gemm_choice_stops_before_output():
                   f"(got {proc.returncode}: {proc.stderr.strip()[:120]})")
 
 
+def test_signal_between_microbatches_drops_the_step():
+    name = "SIGTERM between microbatches"
+    # 200 microbatches of 2 sequences a step: about a second a step here.
+    accumulate = ["--config", str(REPO / "configs" / "llama4_debug.toml"),
+                  "--training.global_batch_size", "400"]
+    with tempfile.TemporaryDirectory(prefix="remat-fail-") as tmp:
+        tmp = Path(tmp)
+        # 4 steps: the expert biases step 3 leaves act from step 4 on.
+        straight = run(train_args(tmp, *accumulate, "--training.steps", "4",
+                                  "--metrics.jsonl_path", str(tmp / "straight.jsonl")), tmp)
+        check(straight.returncode == 0, f"{name}: the uninterrupted 4-step run trains")
+        proc = start_long_run(tmp, *accumulate)
+        started = wait_for_lines(tmp / "m.jsonl", 2, proc)
+        time.sleep(0.3)  # into step 3, well before its end
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=TIMEOUT_S)
+        check(started, f"{name}: the run logged 2 steps before the signal")
+        check(proc.returncode == 143, f"{name}: exit status {proc.returncode}, expected 143")
+        said = re.search(r"interrupted by SIGTERM during step 3, after (\d+) of its 200 "
+                         r"microbatches: the step is dropped .*stopping after step 2", out)
+        check(said is not None and 0 < int(said.group(1)) < 200,
+              f"{name}: says step 3 was dropped after some of its microbatches")
+        check([m["step"] for m in metrics_lines(tmp / "m.jsonl")] == [1, 2],
+              f"{name}: metrics hold steps 1 and 2 only")
+        saved = tmp / "out" / "checkpoint" / "step-2.safetensors"
+        check(saved.is_file() and not (saved.parent / "step-3.safetensors").exists(),
+              f"{name}: the checkpoint is step 2's")
+        # As every step leaves them: the counts of the dropped microbatches
+        # would move the expert biases in step 3's update of a resumed run.
+        counts = [v for k, t in (read_safetensors(saved)[0] if saved.is_file() else {}).items()
+                  if k.endswith("tokens_per_expert") for v in t]
+        check(counts and not any(counts),
+              f"{name}: the checkpoint's expert token counts are zero, as after a step")
+        resumed = run(train_args(tmp, *accumulate, "--training.steps", "4", "--checkpoint.load",
+                                 str(saved), "--metrics.jsonl_path", str(tmp / "resumed.jsonl")),
+                      tmp)
+        steps = [{m["step"]: (m["loss"], m["grad_norm"]) for m in metrics_lines(tmp / f)}
+                 for f in ("straight.jsonl", "resumed.jsonl")]
+        check(resumed.returncode == 0 and sorted(steps[1]) == [3, 4] and
+              all(steps[0].get(k) == steps[1][k] for k in (3, 4)),
+              f"{name}: steps 3-4 resumed from step 2 equal the uninterrupted run's bit for bit "
+              f"({steps})")
+
+
 def main():
     test_signal_stops_saves_and_says_so("SIGTERM", signal.SIGTERM, 143, storm=False)
+    test_signal_between_microbatches_drops_the_step()
     test_signal_stops_saves_and_says_so("SIGINT storm", signal.SIGINT, 130, storm=True)
     test_kill_9_keeps_metrics()
     test_nan_stops_the_run()
