@@ -1,5 +1,6 @@
 #include "cli/generate_command.h"
 
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <cmath>
@@ -11,6 +12,7 @@
 #include "core/format.h"
 #include "generate/generate.h"
 #include "io/tokenizer.h"
+#include "planner/job_options.h"
 #include "planner/setup.h"
 #include "train/checkpoint.h"
 #include "train/session.h"
@@ -72,6 +74,33 @@ GenerateFlags parse_generate_flags(const CommandLine& c) {
   return f;
 }
 
+namespace {
+
+// The weights and the KV cache of every position stay for the whole run; a
+// request for more than the memory is refused before anything is allocated.
+void check_generation_fits(const JobConfig& config, const Program& program, size_t prompt_tokens,
+                           int64_t max_new_tokens) {
+  Allocator counting(/*counting_only=*/true);
+  const double weights = [&] {
+    const ModelState probe(program, counting, /*with_gradients=*/false);
+    return static_cast<double>(counting.current().total());
+  }();
+  const int64_t positions = static_cast<int64_t>(prompt_tokens) + max_new_tokens;
+  const double cache = kv_cache_bytes(program, positions);
+  const int64_t available = available_memory(config);
+  if (weights + cache <= static_cast<double>(available)) return;
+  auto bytes = [](double b) { return format_bytes(static_cast<int64_t>(std::min(b, 9e18))); };
+  throw InputError("memory: " + std::to_string(prompt_tokens) +
+                   " prompt tokens and --max_new_tokens " + std::to_string(max_new_tokens) +
+                   " need a KV cache of " + bytes(cache) + " for " + std::to_string(positions) +
+                   " positions, with the weights' " + bytes(weights) + ", but " +
+                   format_bytes(available) + " is available (" +
+                   (config.memory.limit.empty() ? "physical RAM" : "memory.limit") +
+                   "); expected a shorter prompt or fewer new tokens");
+}
+
+}  // namespace
+
 int run_generate(const JobConfig& config, const GenerateFlags& flags) {
   if (config.checkpoint.load.empty()) {
     throw InputError(
@@ -96,6 +125,7 @@ int run_generate(const JobConfig& config, const GenerateFlags& flags) {
                      std::to_string(kMaxPositions) + " positions");
   }
   read_checkpoint_info(config.checkpoint.load);  // bad input fails before any work
+  check_generation_fits(config, setup.program(), prompt.size(), flags.max_new_tokens);
   configure_threads(config);
   Allocator allocator;
   ModelState state(setup.program(), allocator, /*with_gradients=*/false);

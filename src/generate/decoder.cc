@@ -33,6 +33,18 @@ JobConfig::Model with_whole_logits(JobConfig::Model model) {
 
 }  // namespace
 
+double kv_cache_bytes(const Program& program, int64_t max_positions) {
+  double bytes = 0;
+  for (const Node& node : program.nodes) {
+    if (node.kind != OpKind::kAttention) continue;
+    // k and v, each [max_positions, kv_heads * head_dim] in fp32 (the
+    // constructor's cache_).
+    bytes += 2.0 * static_cast<double>(max_positions) *
+             static_cast<double>(node.attrs.kv_heads * node.attrs.head_dim) * sizeof(float);
+  }
+  return bytes;
+}
+
 Decoder::Decoder(const JobConfig::Model& model, const ModelState& state, Allocator& allocator,
                  int64_t max_positions)
     : model_(with_whole_logits(model)),

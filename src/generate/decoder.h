@@ -26,6 +26,11 @@
 
 namespace remat {
 
+// The bytes of the KV cache a Decoder of `max_positions` holds for the
+// attention layers of `program` (the model at any batch and seq), as a double:
+// a refused request can exceed what an int64_t counts.
+double kv_cache_bytes(const Program& program, int64_t max_positions);
+
 class Decoder {
  public:
   // `state` holds the weights of `model` (the parameters of its program at

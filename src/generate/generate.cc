@@ -1,5 +1,6 @@
 #include "generate/generate.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string_view>
 #include <utility>
@@ -12,7 +13,14 @@ std::vector<int32_t> generate(Decoder& decoder, Sampler& sampler, std::span<cons
   if (prompt.empty()) throw std::invalid_argument("generate: the prompt has no tokens");
   std::vector<int32_t> out;
   if (max_new_tokens <= 0) return out;
-  std::vector<float> logits = decoder.append(prompt);
+  // The prompt goes in chunks: a pass of n tokens holds n rows of every
+  // activation and of the logits, so a long prompt in one pass took memory
+  // in proportion to its length on top of the cache (873 MB for 20,000
+  // characters on the debug model). Only the last chunk's logits are used.
+  std::vector<float> logits;
+  for (size_t first = 0; first < prompt.size(); first += kPrefillChunk) {
+    logits = decoder.append(prompt.subspan(first, std::min(kPrefillChunk, prompt.size() - first)));
+  }
   const auto vocab = static_cast<size_t>(decoder.vocab_size());
   std::span<const float> last(logits.data() + logits.size() - vocab, vocab);
   while (true) {

@@ -14,6 +14,10 @@
 
 namespace remat {
 
+// The prompt tokens one decoder pass takes (generate() feeds a longer prompt
+// in passes of this many).
+inline constexpr size_t kPrefillChunk = 512;
+
 // Feeds `prompt` (at least one token) to a fresh decoder, then samples up to
 // `max_new_tokens` tokens, feeding each back; calls on_token with each one as
 // soon as it is picked, and stops after `eos_id` (-1: never). Returns the new

@@ -9,7 +9,8 @@
 - a SentencePiece tokenizer (model.tokenizer_path) reads the prompt and
   writes the text;
 - bad input (no or a missing checkpoint, no or an empty prompt, a bad
-  temperature, top_p, top_k or max_new_tokens) exits 2 with a message
+  temperature, top_p, top_k or max_new_tokens, a KV cache larger than the
+  memory) exits 2 with a message
   naming the flag and what was expected, and prints nothing on stdout;
 - metrics.sample_freq prints a sample every N steps and changes nothing in
   training (same JSONL records without it); a negative one exits 2.
@@ -183,6 +184,9 @@ def bad_inputs(tmp, seed):
         ("max_new_tokens beyond the cache", ["--prompt", "x", "--max_new_tokens",
                                              "9223372036854775807"],
          ["--max_new_tokens", "9223372036854775807", "positions"], True),
+        ("a KV cache over memory.limit", ["--prompt", "x", "--max_new_tokens", "1000000",
+                                          "--memory.limit", "64MiB"],
+         ["memory", "KV cache", "1000002 positions", "memory.limit", "expected"], True),
     ]
     for name, flags, words, with_weights in cases:
         p = run(["generate", *(["--checkpoint.load", str(seed)] if with_weights else []), *flags],

@@ -18,6 +18,8 @@
 
 #include "ac/policy.h"
 #include "ac/schedule.h"
+#include "generate/generate.h"
+#include "generate/sampler.h"
 #include "kernels/cpu/kernels.h"
 #include "models/registry.h"
 #include "runtime/executor.h"
@@ -138,8 +140,10 @@ TEST_P(DecoderTest, ChangesNoStateAndFreesItsTemporaries) {
   const int64_t params = w.allocator.current()[MemoryCategory::kParameters];
   {
     Decoder decoder(m, w.state, w.allocator, 20);
-    // The cache: k and v of each layer, 20 positions of 2 kv heads x 16.
+    // The cache: k and v of each layer, 20 positions of 2 kv heads x 16,
+    // what kv_cache_bytes (generate's memory check) says it takes.
     EXPECT_EQ(w.allocator.current()[MemoryCategory::kActivations], 4 * 2 * 20 * 32 * 4);
+    EXPECT_EQ(kv_cache_bytes(w.model.program, 20), 4 * 2 * 20 * 32 * 4);
     const std::vector<int32_t> tokens = random_tokens(20, 7);
     decoder.append({tokens.data(), 12});
     for (int i = 12; i < 20; ++i) decoder.append({tokens.data() + i, 1});
@@ -160,6 +164,44 @@ TEST_P(DecoderTest, AFullCacheIsAnError) {
   EXPECT_THROW(decoder.append({}), std::invalid_argument);
   decoder.append({tokens.data(), 1});
   EXPECT_EQ(decoder.position(), 4);
+}
+
+// generate() feeds a prompt longer than kPrefillChunk in passes of that many:
+// its peak is that of a chunk's pass, not of the whole prompt's, and the
+// token it picks is the one the whole prompt's logits give.
+TEST_P(DecoderTest, GenerateFeedsALongPromptInChunks) {
+  const JobConfig::Model m = small_model(GetParam());
+  Weights w(m);
+  const auto n = static_cast<int64_t>(2 * kPrefillChunk + 100);
+  const std::vector<int32_t> prompt = random_tokens(n, 9);
+  const int64_t params = w.allocator.current().total();
+  SamplingOptions greedy;
+  greedy.temperature = 0;
+
+  int64_t whole_peak = 0;
+  int32_t whole_argmax = -1;
+  {
+    Decoder whole(m, w.state, w.allocator, n + 1);
+    w.allocator.reset_peak();
+    const std::vector<float> logits = whole.append(prompt);
+    whole_peak = w.allocator.peak() - params;
+    const auto last = logits.end() - kVocab;
+    whole_argmax = static_cast<int32_t>(std::max_element(last, logits.end()) - last);
+  }
+  Decoder chunked(m, w.state, w.allocator, n + 1);
+  Sampler sampler(greedy);
+  w.allocator.reset_peak();
+  const std::vector<int32_t> out = generate(chunked, sampler, prompt, 1, /*eos_id=*/-1);
+  const int64_t chunked_peak = w.allocator.peak() - params;
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0], whole_argmax);
+  EXPECT_EQ(chunked.position(), n);
+  // The cache is the same in both: the rest (a pass's values) scales with
+  // the tokens of a pass, here 512 against 1124.
+  const auto cache = static_cast<int64_t>(kv_cache_bytes(w.model.program, n + 1));
+  EXPECT_LT(2 * (chunked_peak - cache), whole_peak - cache)
+      << "peaks above the cache: chunked " << chunked_peak - cache << ", whole "
+      << whole_peak - cache;
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, DecoderTest, ::testing::Values("llama3", "llama4"));
