@@ -615,7 +615,10 @@ void apply_toml(Schema& schema, const std::string& text, const std::string& sour
 // ---- command-line overrides --------------------------------------------------
 
 bool parse_int(std::string_view s, int64_t& out) {
-  if (!s.empty() && s[0] == '+') s.remove_prefix(1);
+  if (!s.empty() && s[0] == '+') {
+    s.remove_prefix(1);
+    if (!s.empty() && s[0] == '-') return false;  // "+-5" is no integer
+  }
   auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
   return !s.empty() && ec == std::errc() && end == s.data() + s.size();
 }
@@ -706,6 +709,12 @@ void assign_from_text(const Field& field, const std::string& value) {
       field.ref);
   if (!ok) {
     std::string expected = expectation(field.ref);
+    // Digits after an optional sign that do not parse: too many of them.
+    const size_t digits = value.find_first_not_of("+-") == 1 ? 1 : 0;
+    const bool whole_number =
+        value.size() > digits && value.find_first_not_of("0123456789", digits) == std::string::npos;
+    if (field.ref.index() == 0 && whole_number)
+      expected += " from -2^63 to 2^63 - 1 (a signed 64-bit integer)";
     if (field.ref.index() == 4)
       expected =
           "expected a comma-separated list of names, or a TOML array of strings such as "

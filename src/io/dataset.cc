@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/progress.h"
 #include "io/files.h"
+#include "io/json_error.h"
 #include "io/npy.h"
 #include "io/tokenizer.h"
 
@@ -74,7 +75,7 @@ int64_t append_jsonl(const std::string& path, const std::string& content,
     try {
       record = nlohmann::json::parse(line);
     } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for 1e9999
-      throw InputError(where + ": invalid JSON (" + e.what() + ")");
+      throw InputError(where + ": invalid JSON (" + json_error_text(e) + ")");
     }
     if (!record.is_object() || !record.contains("text") || !record["text"].is_string())
       throw InputError(where + ": expected a JSON object with a string field \"text\"");

@@ -225,8 +225,17 @@ AtomicFile::AtomicFile(const std::string& path, const std::string& key, bool mak
   remove_stale_temporary(tmp_.substr(0, tmp_.size() - 4));
   // O_EXCL | O_NOFOLLOW: never write through something planted at the name.
   fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-  if (fd_ < 0)
-    throw InputError(key_ + ": cannot create " + in_quotes(tmp_) + ": " + std::strerror(errno));
+  if (fd_ < 0) {
+    const int error = errno;
+    // Named by the file the user asked for; the temporary only as the
+    // detail, since it is what the system refused.
+    if (error == ENOENT)
+      throw InputError(key_ + ": cannot create " + in_quotes(path_) + ": its folder " +
+                       in_quotes(parent_of(path_)) +
+                       " does not exist; expected a path in an existing folder");
+    throw InputError(key_ + ": cannot create " + in_quotes(path_) + " (written first as " +
+                     in_quotes(tmp_) + "): " + std::strerror(error));
+  }
 }
 
 AtomicFile::~AtomicFile() {

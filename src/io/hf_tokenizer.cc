@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "io/files.h"
+#include "io/json_error.h"
 
 namespace remat {
 namespace {
@@ -487,7 +488,8 @@ HfBpeTokenizer::HfBpeTokenizer(const std::string& path, const std::string& key)
   try {
     root = json::parse(bytes);
   } catch (const json::exception& e) {  // parse_error, or out_of_range for 1e9999
-    where.fail(std::string("not a Hugging Face tokenizer.json: invalid JSON (") + e.what() + ")");
+    where.fail(std::string("not a Hugging Face tokenizer.json: invalid JSON (") +
+               json_error_text(e) + ")");
   }
   if (!root.is_object())
     where.fail("not a Hugging Face tokenizer.json: expected a JSON object at the top");

@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "core/progress.h"
 #include "io/files.h"
+#include "io/json_error.h"
 
 namespace remat {
 
@@ -158,7 +159,7 @@ json read_header(const std::string& path, uint64_t* file_size, uint64_t* header_
   try {
     header = json::parse(text);
   } catch (const json::exception& e) {
-    fail(path, std::string("header is not valid JSON: ") + e.what());
+    fail(path, "header is not valid JSON: " + json_error_text(e));
   }
   if (!header.is_object()) fail(path, "header must be a JSON object of tensor entries");
   return header;

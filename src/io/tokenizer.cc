@@ -1,5 +1,7 @@
 #include "io/tokenizer.h"
 
+#include <filesystem>
+
 #include "core/error.h"
 #include "io/hf_tokenizer.h"
 #include "io/sentencepiece.h"
@@ -39,6 +41,18 @@ std::string ByteTokenizer::decode(std::span<const int32_t> ids) const {
 }
 
 std::unique_ptr<Tokenizer> open_tokenizer_file(const std::string& path, const std::string& key) {
+  // A name such as "gpt2" or "llama3" reads as a file name here: say which
+  // names remat knows instead of only that no such file exists.
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec) && !ec) {
+    const char* const files = "a SentencePiece .model file or a Hugging Face tokenizer.json";
+    throw InputError(key + " = \"" + path + "\": no such file" +
+                     (key == "model.tokenizer"
+                          ? std::string(", and remat has no built-in tokenizer of that name; "
+                                        "expected \"byte\" (the built-in byte tokenizer), ") +
+                                files
+                          : std::string("; expected the path of ") + files));
+  }
   if (path.ends_with(".json")) return std::make_unique<HfBpeTokenizer>(path, key);
   return std::make_unique<SentencePieceTokenizer>(path, key);
 }

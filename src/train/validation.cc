@@ -42,8 +42,9 @@ TokenDataset validation_tokens(const JobConfig& config, TokenDataset& training,
   }
   if (validation_rows(config, data.tokens.size()) == 0)
     throw InputError(
-        "validation: " + data.description + " has " + std::to_string(data.tokens.size()) +
-        " tokens, expected at least training.seq_len + 1 = " + std::to_string(t.seq_len + 1));
+        "validation: " + data.description +
+        " (too few): expected at least training.seq_len + 1 = " + with_thousands(t.seq_len + 1) +
+        " tokens, one window of inputs and its next-token targets");
   return data;
 }
 
