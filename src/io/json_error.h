@@ -1,9 +1,8 @@
 // What a JSON parse error says, for remat's own messages.
 #pragma once
 
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 namespace remat {
 
