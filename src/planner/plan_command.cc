@@ -149,7 +149,8 @@ void print_budget_report(const BudgetPlan* budget, const std::vector<AtFixed>& a
 }
 
 int run_maximize_throughput(const JobConfig& config, const PlannerOptions& planner, bool json) {
-  const std::vector<ThroughputChoice> choices = maximize_throughput(config, planner);
+  const ThroughputSearch search = maximize_throughput(config, planner);
+  const std::vector<ThroughputChoice>& choices = search.choices;
   if (json) {
     nlohmann::json j = nlohmann::json::array();
     for (const ThroughputChoice& c : choices) {
@@ -183,6 +184,7 @@ int run_maximize_throughput(const JobConfig& config, const PlannerOptions& plann
                 micro, format_bytes(c.peak_bytes).c_str(), c.recompute_seconds, c.step_seconds,
                 c.tokens_per_second, c.plan.c_str());
   }
+  std::printf("  (search ended %s)\n", search.ended.c_str());
   return 0;
 }
 

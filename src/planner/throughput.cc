@@ -44,8 +44,17 @@ std::vector<int64_t> dividing_batches(const JobConfig& config, int64_t most) {
 
 }  // namespace
 
-std::vector<ThroughputChoice> maximize_throughput(const JobConfig& config,
-                                                  const PlannerOptions& planner) {
+bool ThroughputSaturation::saturated_after(double tokens_per_second) {
+  if (tokens_per_second > best_ * (1 + kMinGain)) {
+    without_gain_ = 0;
+  } else {
+    ++without_gain_;
+  }
+  best_ = std::max(best_, tokens_per_second);
+  return without_gain_ >= kBatchesWithoutGain;
+}
+
+ThroughputSearch maximize_throughput(const JobConfig& config, const PlannerOptions& planner) {
   const int64_t device = available_memory(config);
   JobConfig measured = config;
   measured.activation_checkpoint.cost_model = "measured";
@@ -56,9 +65,12 @@ std::vector<ThroughputChoice> maximize_throughput(const JobConfig& config,
   const bool fixed_global = config.training.global_batch_size != -1;
   const std::vector<int64_t> batches =
       fixed_global ? dividing_batches(config, kMostBatch) : candidate_batches(kMostBatch);
+  ThroughputSaturation saturation;
+  std::string ended = "after the last candidate batch";
   for (int64_t batch : batches) {
     // model.loss_chunk_rows = "auto": each head it weighs, its own row.
     bool any_fits = false;
+    double batch_best = 0;
     for (const int64_t rows : loss_head_candidates(config, batch)) {
       JobConfig head = measured;
       head.model.loss_chunk_rows = NumberOrAuto{static_cast<double>(rows), false};
@@ -89,9 +101,19 @@ std::vector<ThroughputChoice> maximize_throughput(const JobConfig& config,
         t.plan +=
             rows > 0 ? ", loss head in " + std::to_string(rows) + "-row chunks" : ", logits whole";
       }
+      batch_best = std::max(batch_best, t.tokens_per_second);
       choices.push_back(t);
     }
-    if (!any_fits) break;
+    if (!any_fits) {
+      ended = "at batch " + std::to_string(batch) + ", whose lowest peak exceeds the memory";
+      break;
+    }
+    if (saturation.saturated_after(batch_best)) {
+      ended = "at batch " + std::to_string(batch) + ": " +
+              std::to_string(ThroughputSaturation::kBatchesWithoutGain) +
+              " batches in a row gained no tokens/s over the best";
+      break;
+    }
   }
   if (choices.empty()) {
     throw InputError("--maximize throughput: not even local_batch_size = 1 fits " +
@@ -102,7 +124,7 @@ std::vector<ThroughputChoice> maximize_throughput(const JobConfig& config,
             [](const ThroughputChoice& a, const ThroughputChoice& b) {
               return a.tokens_per_second > b.tokens_per_second;
             });
-  return choices;
+  return {choices, ended};
 }
 
 }  // namespace remat

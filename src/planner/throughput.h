@@ -6,9 +6,11 @@
 // least-recompute plan under the measured cost model, and a step's time is
 // predicted from the calibrated op times (op_timing.h). With
 // model.loss_chunk_rows = "auto", each batch is priced with the logits whole
-// and with kSuggestedLossChunkRows-row chunks.
+// and with kSuggestedLossChunkRows-row chunks. The search ends early once
+// tokens/s levels off (ThroughputSaturation).
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "ac/plan.h"
@@ -33,8 +35,31 @@ struct ThroughputChoice {
   std::string plan;              // description
 };
 
-// Best first. InputError when not even batch 1 fits.
-std::vector<ThroughputChoice> maximize_throughput(const JobConfig& config,
-                                                  const PlannerOptions& planner);
+struct ThroughputSearch {
+  std::vector<ThroughputChoice> choices;  // best first
+  // Why the search ended: the device is full, the candidates ran out, or
+  // tokens/s stopped growing (ThroughputSaturation).
+  std::string ended;
+};
+
+// The search's early stop. Each batch costs a calibration (seconds to
+// minutes at large batches), and on a CPU tokens/s levels off after a few
+// doublings while the memory, without a memory.limit, is all of RAM: after
+// kBatchesWithoutGain candidates in a row none of whose plans beats the best
+// so far by more than kMinGain, larger batches are not tried.
+class ThroughputSaturation {
+ public:
+  static constexpr int kBatchesWithoutGain = 2;
+  static constexpr double kMinGain = 0.01;
+  // The best tokens/s of one candidate batch; true when the search stops.
+  bool saturated_after(double tokens_per_second);
+
+ private:
+  double best_ = 0;
+  int without_gain_ = 0;
+};
+
+// InputError when not even batch 1 fits.
+ThroughputSearch maximize_throughput(const JobConfig& config, const PlannerOptions& planner);
 
 }  // namespace remat
