@@ -710,9 +710,9 @@ void assign_from_text(const Field& field, const std::string& value) {
   if (!ok) {
     std::string expected = expectation(field.ref);
     // Digits after an optional sign that do not parse: too many of them.
-    const size_t digits = value.find_first_not_of("+-") == 1 ? 1 : 0;
+    const size_t sign = !value.empty() && (value[0] == '+' || value[0] == '-') ? 1 : 0;
     const bool whole_number =
-        value.size() > digits && value.find_first_not_of("0123456789", digits) == std::string::npos;
+        value.size() > sign && value.find_first_not_of("0123456789", sign) == std::string::npos;
     if (field.ref.index() == 0 && whole_number)
       expected += " from -2^63 to 2^63 - 1 (a signed 64-bit integer)";
     if (field.ref.index() == 4)
