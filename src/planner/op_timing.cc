@@ -58,20 +58,38 @@ std::string cache_path(const JobConfig& config) {
   return (std::filesystem::path(config.job.dump_folder) / "op_times.json").string();
 }
 
-// Reads the cache; an unreadable or foreign one is simply not used.
+// The slowest an op's time may read: a cache entry beyond it (or not a
+// finite number >= 0) is damaged, and its op is timed again.
+constexpr double kMostSecondsPerEntry = 1e6;
+
+// Reads the cache: the entries measured on `machine` (a cache of another
+// machine is timed afresh and replaced). A file there that is not an op-time
+// cache at all (not JSON, or without remat's "machine" and "ops") is refused:
+// writing the cache would destroy it.
 std::map<std::string, double> read_cache(const std::string& path, const std::string& machine) {
   std::map<std::string, double> times;
   std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) return times;
+  if (!std::filesystem::exists(path, ec)) return times;
+  nlohmann::json j;
   try {
-    const nlohmann::json j = nlohmann::json::parse(read_regular_file(
-        path, "op time cache", "a JSON file written by remat", 1 << 24, InputUse::kRewritten));
-    if (j.value("machine", "") != machine) return times;
-    for (const auto& [sig, seconds] : j.at("ops").items()) {
-      if (seconds.is_number() && seconds.get<double>() >= 0) times[sig] = seconds.get<double>();
-    }
-  } catch (const std::exception&) {
-    times.clear();  // a damaged cache is re-measured, never trusted
+    j = nlohmann::json::parse(read_regular_file(path, "activation_checkpoint.cost_cache",
+                                                "a JSON file written by remat", 1 << 24,
+                                                InputUse::kRewritten));
+  } catch (const nlohmann::json::exception&) {
+    j = nullptr;
+  }
+  if (!j.is_object() || !j.contains("machine") || !j["machine"].is_string() || !j.contains("ops") ||
+      !j["ops"].is_object()) {
+    throw InputError("activation_checkpoint.cost_cache: '" + path + "'" +
+                     " exists but is not an op-time cache (expected a JSON object with "
+                     "\"machine\" and \"ops\", as remat writes); remat would overwrite it, so "
+                     "name another file or move this one");
+  }
+  if (j["machine"].get<std::string>() != machine) return times;
+  for (const auto& [sig, seconds] : j["ops"].items()) {
+    if (seconds.is_number() && seconds.get<double>() >= 0 &&
+        seconds.get<double>() < kMostSecondsPerEntry)
+      times[sig] = seconds.get<double>();
   }
   return times;
 }
