@@ -46,6 +46,10 @@ PlanCommandOptions plan_options(const CommandLine& c) {
   }
   if (auto it = c.extra.find("timeline-compare"); it != c.extra.end())
     options.timeline_compare = it->second;
+  if (options.maximize_throughput && (c.extra.count("pareto") || c.extra.count("timeline")))
+    throw InputError(
+        "--maximize throughput writes no --pareto or --timeline file (they picture one batch "
+        "size's plans); expected either the search or the pictures, in separate runs");
   // Each output is written whole and renamed into place, so two outputs at
   // one path would leave only the last: one of them silently lost.
   if (!options.pareto_path.empty() && !options.timeline_path.empty()) {

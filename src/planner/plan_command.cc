@@ -466,6 +466,11 @@ int run_plan(JobConfig config, const PlanCommandOptions& options) {
   }
   // A global batch the modelled ranks cannot split is refused before planning.
   gradient_accumulation_steps(config, data_parallel_ranks(config));
+  // Checked again now that the inputs are known (the config file among
+  // them): an output that is an input was found only when written, after
+  // the other output had replaced its file.
+  if (!options.pareto_path.empty()) check_pareto_path(options.pareto_path);
+  if (!options.timeline_path.empty()) check_timeline_path(options.timeline_path);
   const PlanReport report = make_report(config, options);
   if (!options.pareto_path.empty()) write_pareto_file(report, options);
   if (!options.timeline_path.empty()) {

@@ -112,6 +112,8 @@ def run_case(case, seed_checkpoint):
                 os.mknod(tmp / rel, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
             elif isinstance(data, str) and data.startswith("SYMLINK:"):
                 os.symlink(data[len("SYMLINK:"):], tmp / rel)
+            elif isinstance(data, str) and data.startswith("HARDLINK:"):  # of a file made before
+                os.link(tmp / data[len("HARDLINK:"):], tmp / rel)
             elif callable(data):
                 write(tmp / rel, data(seed_checkpoint))
             else:
@@ -292,6 +294,13 @@ def cases():
              ["--pareto", "out.svg", "--timeline", "./sub/../out.svg"],
              ["--pareto and --timeline", "out.svg", "expected a file for each"], command="plan",
              files={"sub": None}),
+        Case("plan: --timeline's .json is the config (hard link): nothing written, .svg kept",
+             ["--timeline", "t.svg"],
+             ["--timeline", "'t.json' is the config file this run reads"], command="plan",
+             files={"t.json": "HARDLINK:config.toml", "t.svg": "old picture\n"}),
+        Case("plan: --maximize throughput with --pareto (no picture of a search)",
+             ["--maximize", "throughput", "--pareto", "p.svg"],
+             ["--maximize throughput", "--pareto", "expected"], command="plan"),
         Case("plan: --timeline in a folder that does not exist",
              ["--timeline", "nodir/t.svg"],
              ["--timeline", "'nodir/t.svg'", "folder 'nodir' does not exist", "expected"],
