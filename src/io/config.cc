@@ -375,8 +375,26 @@ std::string render_node(const toml::node& node) {
   return s.size() > 60 ? s.substr(0, 57) + "..." : s;
 }
 
+// A NUL inside a string (TOML's \u0000) would cut every path, name and
+// message built from it at that character: "out\u0000/../x" would write to
+// "out". No value of remat's has one, so none is taken.
+void refuse_nul(const Field& field, const toml::node& node, const std::string& where) {
+  auto check = [&](const toml::node& n) {
+    const std::optional<std::string> text = n.value_exact<std::string>();
+    if (text && text->find('\0') != std::string::npos)
+      throw InputError("config error: " + field.name() + where +
+                       " holds a NUL character (\\u0000); expected text without one");
+  };
+  if (const toml::array* array = node.as_array()) {
+    for (const toml::node& element : *array) check(element);
+  } else {
+    check(node);
+  }
+}
+
 // Stores `node` into the field or throws naming the key, value and type.
 void assign_from_toml(const Field& field, const toml::node& node, const std::string& where) {
+  refuse_nul(field, node, where);
   const bool ok = std::visit(
       [&](auto* target) -> bool {
         using T = std::remove_pointer_t<decltype(target)>;
@@ -782,21 +800,18 @@ constexpr double kMaxSizeBytes = 0x1p62;
 // "12GiB", "512 MB", "1.5TiB", "100B": a size in bytes with a unit, at most
 // kMaxSizeBytes; 0 on failure.
 double parse_size(const std::string& s) {
-  static const std::pair<const char*, double> units[] = {{"TiB", 1099511627776.0},
-                                                         {"GiB", 1073741824.0},
-                                                         {"MiB", 1048576.0},
-                                                         {"KiB", 1024.0},
-                                                         {"TB", 1e12},
-                                                         {"GB", 1e9},
-                                                         {"MB", 1e6},
-                                                         {"KB", 1e3},
-                                                         {"kB", 1e3},
-                                                         {"B", 1.0}};
+  static const std::pair<const char*, double> units[] = {
+      {"EiB", 0x1p60},       {"PiB", 0x1p50},    {"TiB", 1099511627776.0},
+      {"GiB", 1073741824.0}, {"MiB", 1048576.0}, {"KiB", 1024.0},
+      {"EB", 1e18},          {"PB", 1e15},       {"TB", 1e12},
+      {"GB", 1e9},           {"MB", 1e6},        {"KB", 1e3},
+      {"kB", 1e3},           {"B", 1.0}};
   for (const auto& [unit, scale] : units) {
     if (!s.ends_with(unit)) continue;
     double number = 0;
     if (!parse_double(trim(s.substr(0, s.size() - std::strlen(unit))), number)) return 0;
-    return number > 0 && number * scale <= kMaxSizeBytes ? number * scale : 0;
+    // Under one byte ("0.5B") is no size: 0, as for text that is none.
+    return number * scale >= 1 && number * scale <= kMaxSizeBytes ? number * scale : 0;
   }
   return 0;
 }
@@ -903,7 +918,7 @@ void validate_activation_checkpoint(const JobConfig& c, Validator& v) {
     bool ok = parse_double(ac.memory_budget, fraction) ? fraction >= 0 && fraction <= 1
                                                        : parse_size(ac.memory_budget) > 0;
     v.require(ok, "activation_checkpoint.memory_budget",
-              "a fraction in [0, 1] such as \"0.5\" or a size such as \"12GiB\" (at most "
+              "a fraction in [0, 1] such as \"0.5\" or a size such as \"12GiB\" (from 1B to "
               "4EiB)");
   }
   double knapsack_fraction = -1;
@@ -935,20 +950,26 @@ void validate_other_sections(const JobConfig& c, Validator& v) {
   v.require(c.profiling.profile_freq > 0, "profiling.profile_freq", "an integer > 0");
   v.require(c.validation.steps == -1 || c.validation.steps >= 1, "validation.steps",
             "an integer >= 1, or -1 (the whole file)");
-  v.require(c.parallelism.data_parallel_shard_degree >= 1 ||
-                c.parallelism.data_parallel_shard_degree == -1,
-            "parallelism.data_parallel_shard_degree",
-            "an integer >= 1, or -1 (torchtitan's every rank left: 1 on this engine)");
-  v.require(c.parallelism.data_parallel_replicate_degree >= 1,
+  const int64_t shard = c.parallelism.data_parallel_shard_degree;
+  const int64_t replicate = c.parallelism.data_parallel_replicate_degree;
+  const std::string most = std::to_string(kMaxRanks);
+  v.require(
+      (shard >= 1 && shard <= kMaxRanks) || shard == -1, "parallelism.data_parallel_shard_degree",
+      "an integer from 1 to " + most + ", or -1 (torchtitan's every rank left: 1 on this engine)");
+  v.require(
+      replicate >= 1 && replicate <= kMaxRanks, "parallelism.data_parallel_replicate_degree",
+      "an integer from 1 to " + most + " (the ranks of mpirun -np that each hold a full replica)");
+  v.require(shard < 1 || replicate < 1 || shard > kMaxRanks || replicate > kMaxRanks ||
+                shard * replicate <= kMaxRanks,
             "parallelism.data_parallel_replicate_degree",
-            "an integer >= 1 (the ranks of mpirun -np that each hold a full replica)");
+            "a product with data_parallel_shard_degree (the ranks) of at most " + most);
   v.require(c.comm.init_timeout_seconds > 0, "comm.init_timeout_seconds", "seconds > 0");
   v.require(c.comm.train_timeout_seconds > 0, "comm.train_timeout_seconds", "seconds > 0");
   v.require(c.training.mixed_precision_param == "float32" ||
                 c.training.mixed_precision_param == "bfloat16",
             "training.mixed_precision_param", "\"float32\" or \"bfloat16\"");
   v.require(c.memory.limit.empty() || parse_size(c.memory.limit) > 0, "memory.limit",
-            "a size such as \"16GiB\" (at most 4EiB) or \"\" (physical RAM)");
+            "a size such as \"16GiB\" (from 1B to 4EiB) or \"\" (physical RAM)");
 }
 
 // Every check, in the order the errors are reported.

@@ -18,6 +18,11 @@
 
 namespace remat {
 
+// The most ranks a run, a plan or a sharded checkpoint may have (2^20): a
+// bound far above any cluster, under which every product of ranks and
+// per-rank counts stays exact.
+inline constexpr int64_t kMaxRanks = int64_t{1} << 20;
+
 // A number, or "auto" (the engine picks it for the run at hand).
 struct NumberOrAuto {
   double value = 0;

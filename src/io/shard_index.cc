@@ -4,6 +4,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "io/config.h"
 
 namespace remat {
 
@@ -14,7 +15,6 @@ using nlohmann::json;
 constexpr const char* kFormat = "remat-sharded-checkpoint";
 constexpr int kVersion = 1;
 constexpr int64_t kMaxElements = int64_t{1} << 50;  // far above any model: sums cannot overflow
-constexpr int64_t kMaxRanks = int64_t{1} << 20;
 
 // Every complaint names the file and what was expected.
 [[noreturn]] void bad(const std::string& path, const std::string& what) {

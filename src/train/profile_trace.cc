@@ -1,12 +1,24 @@
 #include "train/profile_trace.h"
 
+#include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "core/error.h"
 #include "io/files.h"
 
 namespace remat {
+
+bool profiling_on(const JobConfig& config) {
+  const char* value = std::getenv("REMAT_PROFILE");
+  const std::string setting = value == nullptr ? "" : value;
+  if (setting != "" && setting != "0" && setting != "1")
+    throw InputError("REMAT_PROFILE=\"" + setting +
+                     "\": expected 1 (profile the run, as profiling.enable_profiling), 0 or "
+                     "unset");
+  return config.profiling.enable_profiling || setting == "1";
+}
 
 std::string profile_trace_path(const std::string& dump_folder, const std::string& traces_folder,
                                int64_t step, int rank) {

@@ -7,9 +7,15 @@
 #include <cstdint>
 #include <string>
 
+#include "io/config.h"
 #include "runtime/executor.h"
 
 namespace remat {
+
+// Whether a training run profiles: profiling.enable_profiling, or the
+// environment's REMAT_PROFILE=1 (0 or empty: off). InputError for another
+// REMAT_PROFILE: "yes" or "0" read as on would write traces unasked.
+bool profiling_on(const JobConfig& config);
 
 // Where torchtitan puts rank `rank`'s trace of `step`:
 // dump_folder/save_traces_folder/iteration_<step>/rank<rank>_trace.json.

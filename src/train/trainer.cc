@@ -116,7 +116,7 @@ void check_output_places(const JobConfig& config, bool writes_checkpoints) {
                        checkpoint_folder(config) +
                        "' take (step-N.safetensors, step-N/); expected another file name");
   }
-  if (config.profiling.enable_profiling) {
+  if (profiling_on(config)) {
     check_output_folder(config.job.dump_folder, "job.dump_folder");
     check_output_folder(
         (std::filesystem::path(config.job.dump_folder) / config.profiling.save_traces_folder)
@@ -420,8 +420,7 @@ class Trainer {
   const int64_t flops_per_token_;
   // profiling.enable_profiling (or REMAT_PROFILE=1) prints where the steps'
   // time went, per phase and op, at the end.
-  const bool profile_ =
-      config_.profiling.enable_profiling || std::getenv("REMAT_PROFILE") != nullptr;
+  const bool profile_ = profiling_on(config_);
   // torchtitan's coloured log line, on a terminal only (under mpirun the
   // rank's stdout is mpirun's pseudo-terminal whatever mpirun writes to).
   const bool color_ =

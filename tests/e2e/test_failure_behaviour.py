@@ -13,6 +13,7 @@
 - A stale step-*.safetensors.tmp from a killed save is removed at the next start.
 - Checkpoints carry a CRC-32C per tensor; eval of NaN weights exits 1.
 - A config that sets no keys says the defaults are used.
+- REMAT_PROFILE is 1 (profile), 0 or unset; another value exits 2.
 
 Usage: test_failure_behaviour.py <path-to-remat>
 """
@@ -250,6 +251,26 @@ def test_bad_gemm_choice_stops_before_output():
                   f"(got {proc.returncode}: {proc.stderr.strip()[:120]})")
 
 
+def test_profile_variable_is_one_or_zero():
+    """REMAT_PROFILE=1 profiles, 0 does not (it used to: any value did), and
+    another value exits 2 naming it before anything is written."""
+    with tempfile.TemporaryDirectory(prefix="remat-fail-") as tmp:
+        tmp = Path(tmp)
+        said = {}
+        for value in ("1", "0", "yes"):
+            proc = subprocess.run(train_args(tmp, "--training.steps", "1"), cwd=tmp,
+                                  capture_output=True, text=True, timeout=TIMEOUT_S,
+                                  env={**os.environ, "REMAT_PROFILE": value})
+            said[value] = (proc.returncode, "profile (" in proc.stdout, proc.stderr.strip())
+            if value == "yes":
+                check(proc.returncode == 2 and 'REMAT_PROFILE="yes"' in proc.stderr and
+                      "expected 1" in proc.stderr and not (tmp / "m.jsonl").exists(),
+                      f"REMAT_PROFILE=yes exits 2 naming it, nothing written: {said[value]}")
+            (tmp / "m.jsonl").unlink(missing_ok=True)
+        check(said["1"][:2] == (0, True) and said["0"][:2] == (0, False),
+              f"REMAT_PROFILE=1 prints the profile, 0 does not: {said}")
+
+
 def test_signal_between_microbatches_drops_the_step():
     name = "SIGTERM between microbatches"
     # 200 microbatches of 2 sequences a step: about a second a step here.
@@ -305,6 +326,7 @@ def main():
     test_empty_config_says_defaults()
     test_mfu_never_above_100_percent()
     test_bad_gemm_choice_stops_before_output()
+    test_profile_variable_is_one_or_zero()
     print(f"{len(failures)} failing check(s)" if failures else "all checks ok")
     return 1 if failures else 0
 

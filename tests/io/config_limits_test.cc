@@ -35,14 +35,28 @@ TEST(ConfigLimits, HugeSeqLenAndBatchAreRangeErrors) {
 
 // Sizes become int64 byte counts: one beyond 2^62 bytes would overflow the
 // cast (found by tests/fuzz/fuzz_cli with a 100-digit memory.limit).
+// A size under one byte is none: "0.5B" as a memory.limit ran without a
+// limit at all.
+TEST(ConfigLimits, SizesAreAtLeastOneByte) {
+  EXPECT_EQ(parse_memory_size("1B"), 1);
+  EXPECT_EQ(parse_memory_size("0.5B"), 0);
+  EXPECT_EQ(parse_memory_size("1e-300GiB"), 0);
+  const std::string e = error_of({"--memory.limit", "0.5B"});
+  EXPECT_NE(e.find("memory.limit = \"0.5B\""), std::string::npos) << e;
+  EXPECT_NE(e.find("from 1B"), std::string::npos) << e;
+}
+
 TEST(ConfigLimits, SizesAreAtMostFourExbibytes) {
-  EXPECT_EQ(parse_memory_size("4096PiB"), 0);  // no such unit
+  EXPECT_EQ(parse_memory_size("4096PiB"), 0x1p62);  // the bound, in each unit that names it
+  EXPECT_EQ(parse_memory_size("4EiB"), 0x1p62);
+  EXPECT_EQ(parse_memory_size("4.001EiB"), 0);
+  EXPECT_EQ(parse_memory_size("4096XiB"), 0);  // no such unit
   EXPECT_EQ(parse_memory_size("4194304TiB"), 0x1p62);
   EXPECT_EQ(parse_memory_size("4194305TiB"), 0);
   EXPECT_EQ(parse_memory_size("1e300GiB"), 0);
   std::string e = error_of({"--memory.limit", "1e30GiB"});
   EXPECT_NE(e.find("memory.limit = \"1e30GiB\""), std::string::npos) << e;
-  EXPECT_NE(e.find("at most 4EiB"), std::string::npos) << e;
+  EXPECT_NE(e.find("from 1B to 4EiB"), std::string::npos) << e;
   e = error_of({"--activation_checkpoint.memory_budget", "9e18B"});
   EXPECT_NE(e.find("activation_checkpoint.memory_budget = \"9e18B\""), std::string::npos) << e;
   EXPECT_EQ(error_of({"--memory.limit", "4194304TiB", "--activation_checkpoint.memory_budget",
