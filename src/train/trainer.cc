@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -97,6 +98,35 @@ bool checkpoint_name_in(const std::string& path, const std::string& folder) {
   size_t i = 5;
   while (i < name.size() && name[i] >= '0' && name[i] <= '9') ++i;
   return i > 5 && (i == name.size() || name[i] == '.');
+}
+
+// The names every save of this run takes, step-N for N in (start_step,
+// steps]: an entry already at one of them that a save could not replace (a
+// folder where a file goes, a symbolic link, a checkpoint this run reads, a
+// leftover temporary that is a folder) is refused now, not when the save
+// comes, after the training it would have kept. Only the folder's entries
+// are looked at, so a run of a million steps costs no more.
+void check_checkpoint_targets(const JobConfig& config, int64_t start_step) {
+  namespace fs = std::filesystem;
+  const bool sharded = sharded_checkpoints(config);
+  std::error_code ec;
+  fs::directory_iterator entries(checkpoint_folder(config), ec);
+  if (ec) return;  // no folder yet: nothing in the way
+  for (const fs::directory_entry& entry : entries) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("step-", 0) != 0) continue;
+    int64_t step = 0;
+    const auto [end, error] = std::from_chars(name.data() + 5, name.data() + name.size(), step);
+    if (error != std::errc() || end == name.data() + 5 || step <= start_step ||
+        step > config.training.steps)
+      continue;
+    const std::string target = checkpoint_path(config, step, sharded);
+    if (sharded) {
+      check_output_folder(target, "checkpoint.folder");
+    } else {
+      check_output_file(target, "checkpoint.folder");
+    }
+  }
 }
 
 // Every place the run will write is checked before training starts, so an
@@ -998,6 +1028,7 @@ int run_train(const JobConfig& config, Communicator& comm) {
   const auto shard_ranks = static_cast<int>(config.parallelism.data_parallel_shard_degree);
   Session session(setup, /*with_gradients=*/!seed_only, shard_ranks, comm.rank() % shard_ranks);
   const int64_t start_step = initialize_state(config, session, /*with_optimizer=*/!seed_only);
+  if (config.checkpoint.enable && !seed_only) check_checkpoint_targets(config, start_step);
   confirm_inputs(comm);
   comm.set_timeout(config.comm.train_timeout_seconds);
   std::unique_ptr<ShardedTraining> sharded;  // splits HSDP's groups: after the agreement

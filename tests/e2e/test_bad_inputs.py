@@ -76,11 +76,12 @@ def config_with(extra_in_training="", appended=""):
 
 class Case:
     def __init__(self, name, args, expect, *, command="train", config=None, files=None,
-                 with_config_flag=True, regexes=()):
+                 with_config_flag=True, regexes=(), not_in_stdout=()):
         self.name = name
         self.args = args              # extra arguments, after the defaults
         self.expect = expect          # substrings stderr must contain
         self.regexes = regexes        # regular expressions stderr must match
+        self.not_in_stdout = not_in_stdout  # substrings stdout must not contain
         self.command = command
         self.config = config          # TOML text for config.toml (None: the base config)
         self.files = files or {}      # relative path -> bytes/str, or None for a directory
@@ -148,6 +149,9 @@ def run_case(case, seed_checkpoint):
         for r in case.regexes:
             if not re.search(r, err):
                 problems.append(f"stderr does not match /{r}/")
+        for s in case.not_in_stdout:
+            if s in out:
+                problems.append(f"stdout contains {s!r}")
         for s in FORBIDDEN:
             if s in out or s in err:
                 problems.append(f"output contains {s!r}")
@@ -440,6 +444,11 @@ def cases():
              ["activation_checkpoint.cost_cache", "'notes.txt'", "is not an op-time cache",
               "would overwrite it"],
              command="plan", files={"notes.txt": "my notes\n"}),
+        Case("a save's temporary name is a folder (found at start-up, not after training)",
+             ["--checkpoint.enable", "true"],
+             ["checkpoint.folder", "step-1.safetensors.tmp' exists and is a directory"],
+             not_in_stdout=["step:"],  # refused before the first step
+             files={"outputs/checkpoint/step-1.safetensors.tmp": None}),
         Case("metrics path is a name a checkpoint save takes",
              ["--checkpoint.enable", "true", "--metrics.jsonl_path",
               "outputs/checkpoint/step-7.safetensors"],
