@@ -28,8 +28,21 @@ class SentencePieceTokenizer final : public Tokenizer {
   // The number of pieces (ids 0 .. vocab_size() - 1).
   int64_t vocab_size() const override;
   // Ids as SentencePieceProcessor::Encode gives them (and Python's
-  // sentencepiece `encode`): the model's normalization, no BOS/EOS.
+  // sentencepiece `encode`): the model's normalization, no BOS/EOS. A text
+  // longer than kPieceBytes goes to the library in pieces (encode_in_pieces).
   std::vector<int32_t> encode(std::string_view text) const override;
+  // The library holds about 190 bytes per byte of one Encode's input (1.5 MB
+  // of text: 287 MB), so a text file of 100 MB, one document, would take
+  // 19 GB. Where the model is BPE, adds its dummy-prefix space to every input
+  // and no piece spans a space, the text is cut at single spaces between two ASCII
+  // letters or digits, every `piece_bytes` or so, the space dropped: each
+  // piece's dummy prefix stands for it, and the ids are one Encode's. Else
+  // (or with no such space near a cut) whole, refused when it would need
+  // more than the machine's memory.
+  std::vector<int32_t> encode_in_pieces(std::string_view text, size_t piece_bytes) const;
+  static constexpr size_t kPieceBytes = size_t{1} << 16;
+  // Whether encode_in_pieces cuts at all with this model.
+  bool cuts_long_texts() const { return cuts_at_spaces_; }
   // BOS and EOS are added where the model defines them (bos_id/eos_id >= 0).
   void append_document(std::string_view document, std::vector<int32_t>& out) const override;
   std::string decode(std::span<const int32_t> ids) const override;
@@ -37,8 +50,15 @@ class SentencePieceTokenizer final : public Tokenizer {
   int32_t eos_id() const override;
 
  private:
+  std::vector<int32_t> encode_whole(std::string_view text) const;
+  bool cuts_at_spaces() const;
+
   std::unique_ptr<sentencepiece::SentencePieceProcessor> processor_;
   std::string path_;
+  // Whether this model's ids of "a b" are those of "a" then of "b" (the
+  // dummy prefix on every input, no piece across a space), tried on words
+  // of the model's own vocabulary when it is loaded.
+  bool cuts_at_spaces_ = false;
 };
 
 struct SentencePieceTrainOptions {

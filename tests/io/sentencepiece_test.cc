@@ -70,6 +70,38 @@ TEST_F(SentencePieceTest, EncodesDecodesAndWrapsDocuments) {
   EXPECT_EQ(std::vector<int32_t>(doc.begin() + 1, doc.end() - 1), ids);
 }
 
+// A long text goes to the library in pieces cut at single spaces between
+// ASCII letters or digits (its memory is about 190 bytes per byte of one
+// call); the ids are those of one call over the whole text.
+TEST_F(SentencePieceTest, LongTextsEncodeInPiecesToTheSameIds) {
+  const SentencePieceTokenizer tok(model_path(), "model.tokenizer_path");
+  ASSERT_TRUE(tok.cuts_long_texts());  // a BPE model (unigram: the next test)
+  std::string text;
+  for (int i = 0; i < 300; ++i)
+    text += "the quick brown fox " + std::to_string(i) + " jumps  over the\tlazy dog, said " +
+            (i % 3 ? "the tailor" : "élan vital") + ".\n" + (i % 5 ? "" : "\n  indented line ");
+  const std::vector<int32_t> whole = tok.encode_in_pieces(text, text.size());
+  ASSERT_GT(whole.size(), 1000u);
+  for (size_t piece : {size_t{7}, size_t{100}, size_t{1000}, size_t{4096}}) {
+    EXPECT_EQ(tok.encode_in_pieces(text, piece), whole) << "pieces of " << piece << " bytes";
+  }
+  // encode() cuts at kPieceBytes; a text shorter than that is one call.
+  EXPECT_EQ(tok.encode(text), whole);
+}
+
+// A unigram model's best path depends on score sums from the text's start
+// (ties break by their rounding), so it is never cut: python3-sentencepiece
+// segmented "!!!!!" differently in a piece than in the whole.
+TEST_F(SentencePieceTest, UnigramModelsAreNeverCut) {
+  SentencePieceTrainOptions o;
+  o.input = (dir_ / "train.txt").string();
+  o.vocab_size = 60;  // this little text holds at most 79 unigram pieces
+  o.model_type = "unigram";
+  o.output = (dir_ / "unigram.model").string();
+  train_sentencepiece(o);
+  EXPECT_FALSE(SentencePieceTokenizer(o.output, "model.tokenizer_path").cuts_long_texts());
+}
+
 TEST_F(SentencePieceTest, VocabSizeFollowsTheTokenizer) {
   JobConfig c;
   c.model.tokenizer_path = model_path();

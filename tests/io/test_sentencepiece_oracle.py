@@ -79,6 +79,21 @@ def check_oracle(model, corpus_file, lines):
     unknown = sum(ids.count(sp.unk_id()) for ids in theirs)
     print("ok: %s: identical ids on %d lines, %d ids (%d unknown)" %
           (model.name, len(lines), sum(map(len, theirs)), unknown))
+    # One line of over 64 KiB: remat hands it to the library in pieces cut
+    # at single spaces (the library's memory is about 190 bytes per byte of
+    # one call); the ids must be those of one call over the whole line.
+    long_line = " ".join((FORTUNES.read_text(errors="replace").split("\n") + CORPUS) * 4)
+    long_file = corpus_file.parent / "long_line.txt"
+    long_file.write_text(long_line + "\n")
+    ours = run("tokenizer", "encode", "--model", str(model), "--input", str(long_file))
+    ours = [int(t) for t in ours.stdout.split("\n")[0].split()]
+    theirs = sp.encode(long_line)
+    first = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b),
+                 None if len(ours) == len(theirs) else min(len(ours), len(theirs)))
+    assert first is None, "ids of a %d-byte line differ from id %d on: remat %s, python %s" % (
+        len(long_line.encode()), first, ours[first:first + 8], theirs[first:first + 8])
+    print("ok: %s: identical ids on one %d-byte line (%d ids)" %
+          (model.name, len(long_line.encode()), len(theirs)))
 
 
 def check_bad_inputs(tmp, train_text):
