@@ -514,6 +514,11 @@ Trainer::Trainer(const JobConfig& config, const Setup& setup, Session& session, 
 }
 
 int Trainer::train() {
+  if (start_step_ >= config_.training.steps)
+    std::printf(
+        "training.steps = %lld: the loaded checkpoint is at step %lld already, nothing to train "
+        "(raise training.steps to train on)\n",
+        static_cast<long long>(config_.training.steps), static_cast<long long>(start_step_));
   StopSignals stop(snapshot_ ? std::function<void(int)>([this](int) { snapshot_->start(); })
                              : nullptr);
   window_ = MetricsWindow{};  // the first window starts with the first step

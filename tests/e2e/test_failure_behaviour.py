@@ -309,6 +309,10 @@ def test_signal_between_microbatches_drops_the_step():
                       tmp)
         steps = [{m["step"]: (m["loss"], m["grad_norm"]) for m in metrics_lines(tmp / f)}
                  for f in ("straight.jsonl", "resumed.jsonl")]
+        done = run(train_args(tmp, *accumulate, "--training.steps", "2", "--checkpoint.load",
+                              str(saved)), tmp)
+        check(done.returncode == 0 and "the loaded checkpoint is at step 2 already, nothing to "
+              "train" in done.stdout, f"{name}: a resume with nothing left to train says so")
         check(resumed.returncode == 0 and sorted(steps[1]) == [3, 4] and
               all(steps[0].get(k) == steps[1][k] for k in (3, 4)),
               f"{name}: steps 3-4 resumed from step 2 equal the uninterrupted run's bit for bit "
