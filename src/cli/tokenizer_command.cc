@@ -59,7 +59,8 @@ int64_t parse_vocab_size(const std::string& text) {
     used = 0;
   }
   if (used == 0 || used != text.size())
-    throw InputError("tokenizer train: --vocab_size " + text + ": expected an integer > 0");
+    throw InputError("tokenizer train: --vocab_size " + text +
+                     ": expected an integer from 4 to 2147483647");
   return value;
 }
 

@@ -733,6 +733,12 @@ void assign_from_text(const Field& field, const std::string& value) {
         value.size() > sign && value.find_first_not_of("0123456789", sign) == std::string::npos;
     if (field.ref.index() == 0 && whole_number)
       expected += " from -2^63 to 2^63 - 1 (a signed 64-bit integer)";
+    // A number strtod reads whole but not as a finite, normal double: inf,
+    // nan, 1e400, or one as tiny as 1e-320.
+    char* end = nullptr;
+    if (field.ref.index() == 1 && !value.empty() &&
+        (std::strtod(value.c_str(), &end), end == value.c_str() + value.size()))
+      expected += " that is finite and 0 or between 2.2e-308 and 1.8e308 in size (a double)";
     if (field.ref.index() == 4)
       expected =
           "expected a comma-separated list of names, or a TOML array of strings such as "

@@ -3,6 +3,7 @@
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 
+#include <limits>
 #include <optional>
 #include <sstream>
 #include <unordered_map>
@@ -46,10 +47,11 @@ std::string message_of(const sentencepiece::util::Status& status) {
 }
 
 void check_train_options(const SentencePieceTrainOptions& o) {
-  if (o.vocab_size <= 3)
+  if (o.vocab_size <= 3 || o.vocab_size > std::numeric_limits<int32_t>::max())
     throw InputError("tokenizer train: --vocab_size " + std::to_string(o.vocab_size) +
-                     ": expected an integer > 3 (ids 0-2 are the unknown, begin and end "
-                     "pieces; the text needs ids of its own)");
+                     ": expected an integer from 4 to 2147483647 (ids 0-2 are the unknown, "
+                     "begin and end pieces, the text needs ids of its own, and SentencePiece "
+                     "counts them in 32 bits)");
   if (o.model_type != "bpe" && o.model_type != "unigram")
     throw InputError("tokenizer train: --model_type " + o.model_type +
                      ": expected \"bpe\" or \"unigram\"");

@@ -108,7 +108,12 @@ def check_bad_inputs(tmp, train_text):
                        "--model_type word2", out)
     expect_input_error("vocab of only the special pieces", ["tokenizer", "train", "--input",
                        str(train_text), "--vocab_size", "2", "--output", str(out)],
-                       "expected an integer > 3", out)
+                       "expected an integer from 4 to 2147483647", out)
+    for size in ("1e3", "99999999999"):  # not an integer; beyond SentencePiece's 32 bits
+        expect_input_error("vocab_size " + size, ["tokenizer", "train", "--input",
+                           str(train_text), "--vocab_size", size, "--output", str(out)],
+                           "--vocab_size %s: expected an integer from 4 to 2147483647" % size,
+                           out)
     expect_input_error("vocab smaller than the characters", ["tokenizer", "train", "--input",
                        str(train_text), "--vocab_size", "5", "--output", str(out)],
                        "Expected a --vocab_size above the text's number of distinct characters",
