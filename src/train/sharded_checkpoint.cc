@@ -219,11 +219,21 @@ ShardedCheckpoint ShardedCheckpoint::open(const std::string& folder) {
   namespace fs = std::filesystem;
   const std::string index_path = join_path(folder, kShardIndexName);
   std::error_code ec;
-  if (!fs::exists(index_path, ec))
+  if (!fs::exists(index_path, ec)) {
+    // Shard files without an index: a save cut short. Neither: any folder.
+    bool shards = false;
+    for (const fs::directory_entry& entry : fs::directory_iterator(folder, ec))
+      shards = shards || entry.path().extension() == ".safetensors";
+    if (!shards)
+      bad_checkpoint(folder, std::string("holds neither ") + kShardIndexName +
+                                 " nor shard files: not a checkpoint (expected a .safetensors "
+                                 "file, or a sharded checkpoint's step folder, the one holding " +
+                                 kShardIndexName + ")");
     bad_checkpoint(folder, std::string("has no ") + kShardIndexName +
                                ": an incomplete sharded checkpoint (its save did not finish; "
                                "expected a step folder whose save completed, such as the one "
                                "before it)");
+  }
   ShardedCheckpoint c;
   c.folder_ = folder;
   c.index_ =
