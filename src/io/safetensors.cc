@@ -156,11 +156,26 @@ json read_header(const std::string& path, uint64_t* file_size, uint64_t* header_
   in.read(text.data(), static_cast<std::streamsize>(*header_len));
   if (!in) fail(path, "cannot read the " + std::to_string(*header_len) + "-byte header");
   json header;
+  // A tensor named twice: the JSON object would keep only the last entry,
+  // and the first one's bytes (which may overlap another tensor's) would
+  // escape the checks of the offsets.
+  std::set<std::string> names;
+  std::string repeated;
+  const json::parser_callback_t note_names = [&](int depth, json::parse_event_t event,
+                                                 json& parsed) {
+    if (depth == 1 && event == json::parse_event_t::key && repeated.empty() &&
+        !names.insert(parsed.get<std::string>()).second)
+      repeated = parsed.get<std::string>();
+    return true;
+  };
   try {
-    header = json::parse(text);
+    header = json::parse(text, note_names);
   } catch (const json::exception& e) {
     fail(path, "header is not valid JSON: " + json_error_text(e));
   }
+  if (!repeated.empty())
+    fail(path, "header names tensor '" + repeated +
+                   "' twice; expected each tensor once (a damaged or hand-edited file?)");
   if (!header.is_object()) fail(path, "header must be a JSON object of tensor entries");
   return header;
 }

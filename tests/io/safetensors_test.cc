@@ -288,6 +288,17 @@ TEST_F(SafetensorsTest, OverlappingOffsetsAreRejected) {
   expect_input_error([&] { SafetensorsReader::open(same); }, {same, "overlaps"});
 }
 
+// JSON keeps the last of two entries of one name: the first, whose bytes
+// here overlap "a", would pass unseen (found by a hostile-input probe).
+TEST_F(SafetensorsTest, ATensorNamedTwiceIsRejected) {
+  const std::string path = craft("twice.safetensors",
+                                 R"({"b":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                                 R"("a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                                 R"("b":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})",
+                                 16);
+  expect_input_error([&] { SafetensorsReader::open(path); }, {path, "'b' twice"});
+}
+
 TEST_F(SafetensorsTest, GapsShiftsAndTrailingBytesAreRejected) {
   const std::string shifted =
       craft("shift.safetensors", R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[2,10]}})", 10);
