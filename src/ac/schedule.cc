@@ -43,43 +43,46 @@ void mark_first_gradient_writers(const Program& program, Schedule& schedule) {
   }
 }
 
+// The steps in the order they run: every forward step, then, block by block
+// from the last, the block's recomputed nodes (in forward order) and its
+// backward steps.
+std::vector<Step> steps_in_order(const Program& program, const Plan& plan, bool with_backward) {
+  std::vector<Step> steps;
+  const auto n_nodes = static_cast<int32_t>(program.nodes.size());
+  for (int32_t n = 0; n < n_nodes; ++n) steps.push_back({Step::Kind::kForward, n, {}});
+  if (!with_backward) return steps;
+  // Each block's recomputed nodes in forward order, gathered in one pass:
+  // scanning every node at each block boundary made a schedule quadratic in
+  // the number of layers.
+  std::unordered_map<int32_t, std::vector<int32_t>> recomputed_in_block;
+  for (int32_t r = 0; r < n_nodes; ++r) {
+    if (plan.recompute[r]) recomputed_in_block[program.nodes[r].block].push_back(r);
+  }
+  std::optional<int32_t> current_block;  // none before the first backward step
+  for (int32_t n = n_nodes - 1; n >= 0; --n) {
+    const int32_t block = program.nodes[n].block;
+    if (block != current_block) {
+      current_block = block;
+      // Rebuild what this block's backward needs before any of its
+      // backward steps run.
+      const auto recomputed = recomputed_in_block.find(block);
+      if (recomputed != recomputed_in_block.end()) {
+        for (int32_t r : recomputed->second) steps.push_back({Step::Kind::kRecompute, r, {}});
+      }
+    }
+    steps.push_back({Step::Kind::kBackward, n, {}});
+  }
+  return steps;
+}
+
 }  // namespace
 
 Schedule make_schedule(const Program& program, const Plan& plan, bool with_backward) {
   Schedule schedule;
   schedule.with_backward = with_backward;
   schedule.keep = with_backward ? plan.keep : std::vector<bool>(program.values.size(), false);
-  const auto n_nodes = static_cast<int32_t>(program.nodes.size());
-
-  for (int32_t n = 0; n < n_nodes; ++n) {
-    schedule.steps.push_back({Step::Kind::kForward, n, {}});
-  }
-  if (with_backward) {
-    // Each block's recomputed nodes in forward order, gathered in one pass:
-    // scanning every node at each block boundary made a schedule quadratic
-    // in the number of layers.
-    std::unordered_map<int32_t, std::vector<int32_t>> recomputed_in_block;
-    for (int32_t r = 0; r < n_nodes; ++r) {
-      if (plan.recompute[r]) recomputed_in_block[program.nodes[r].block].push_back(r);
-    }
-    std::optional<int32_t> current_block;  // none before the first backward step
-    for (int32_t n = n_nodes - 1; n >= 0; --n) {
-      const int32_t block = program.nodes[n].block;
-      if (block != current_block) {
-        current_block = block;
-        // Rebuild what this block's backward needs, in forward order, before
-        // any of its backward steps run.
-        const auto recomputed = recomputed_in_block.find(block);
-        if (recomputed != recomputed_in_block.end()) {
-          for (int32_t r : recomputed->second) {
-            schedule.steps.push_back({Step::Kind::kRecompute, r, {}});
-          }
-        }
-      }
-      schedule.steps.push_back({Step::Kind::kBackward, n, {}});
-    }
-    mark_first_gradient_writers(program, schedule);
-  }
+  schedule.steps = steps_in_order(program, plan, with_backward);
+  if (with_backward) mark_first_gradient_writers(program, schedule);
 
   // A value lives from its producer's forward step to its last forward
   // reader, unless the plan keeps it, in which case it lives on into the

@@ -108,7 +108,9 @@ ThroughputSearch maximize_throughput(const JobConfig& config, const PlannerOptio
       ended = "at batch " + std::to_string(batch) + ", whose lowest peak exceeds the memory";
       break;
     }
-    if (saturation.saturated_after(batch_best)) {
+    // Within a memory.limit the user bounded the search: every batch that
+    // fits is priced. Against all of RAM, it ends where tokens/s levels off.
+    if (config.memory.limit.empty() && saturation.saturated_after(batch_best)) {
       ended = "at batch " + std::to_string(batch) + ": " +
               std::to_string(ThroughputSaturation::kBatchesWithoutGain) +
               " batches in a row gained no tokens/s over the best";

@@ -6,8 +6,8 @@
 // least-recompute plan under the measured cost model, and a step's time is
 // predicted from the calibrated op times (op_timing.h). With
 // model.loss_chunk_rows = "auto", each batch is priced with the logits whole
-// and with kSuggestedLossChunkRows-row chunks. The search ends early once
-// tokens/s levels off (ThroughputSaturation).
+// and with kSuggestedLossChunkRows-row chunks. Without a memory.limit the
+// search ends early once tokens/s levels off (ThroughputSaturation).
 #pragma once
 
 #include <string>
@@ -42,11 +42,12 @@ struct ThroughputSearch {
   std::string ended;
 };
 
-// The search's early stop. Each batch costs a calibration (seconds to
-// minutes at large batches), and on a CPU tokens/s levels off after a few
-// doublings while the memory, without a memory.limit, is all of RAM: after
-// kBatchesWithoutGain candidates in a row none of whose plans beats the best
-// so far by more than kMinGain, larger batches are not tried.
+// The search's early stop without a memory.limit. Each batch costs a
+// calibration (seconds to minutes at large batches), and on a CPU tokens/s
+// levels off after a few doublings while the memory is then all of RAM:
+// after kBatchesWithoutGain candidates in a row none of whose plans beats the
+// best so far by more than kMinGain, larger batches are not tried. Within a
+// memory.limit every batch that fits is priced.
 class ThroughputSaturation {
  public:
   static constexpr int kBatchesWithoutGain = 2;

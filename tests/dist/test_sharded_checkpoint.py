@@ -153,7 +153,8 @@ def convert_and_oracle(remat, tmp):
     for label, args, message in [
             ("no subcommand", [], "expected convert"),
             ("a file for SRC", [converted, bad_out], "expected a sharded checkpoint's step folder"),
-            ("an incomplete folder", [os.path.join(tmp, "small"), bad_out], "has no index.json"),
+            ("a folder that is no step folder", [os.path.join(tmp, "small"), bad_out],
+             "holds neither index.json nor shard files"),
             ("one argument", [folder(tmp, "small", 3)], "takes SRC and DST")]:
         proc = run([remat, "checkpoint", *(["convert"] if args else []), *args], label,
                    status=None)
