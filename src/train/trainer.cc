@@ -84,20 +84,28 @@ std::string checkpoint_path(const JobConfig& config, int64_t step, bool sharded)
       .string();
 }
 
+// N of a file name a checkpoint save takes or passes through:
+// step-N.safetensors, the sharded step folder step-N, or their temporaries
+// (step-N.safetensors.tmp, step-N.<tag>.tmp); nullopt for any other name.
+std::optional<int64_t> checkpoint_step_of(const std::string& name) {
+  if (name.rfind("step-", 0) != 0) return std::nullopt;
+  const char* const digits = name.data() + 5;
+  const char* const last = name.data() + name.size();
+  int64_t step = 0;
+  const auto [end, error] = std::from_chars(digits, last, step);
+  if (error != std::errc() || end == digits || (end != last && *end != '.')) return std::nullopt;
+  return step;
+}
+
 // Whether `path` is a name a checkpoint save in `folder` takes or passes
-// through: step-N.safetensors, the sharded step folder step-N, or their
-// temporaries (step-N.safetensors.tmp, step-N.<tag>.tmp).
+// through (checkpoint_step_of).
 bool checkpoint_name_in(const std::string& path, const std::string& folder) {
   namespace fs = std::filesystem;
   std::error_code ec1, ec2;
   const fs::path p = fs::weakly_canonical(fs::absolute(fs::path(path), ec1), ec1);
   const fs::path f = fs::weakly_canonical(fs::absolute(fs::path(folder), ec2), ec2);
   if (ec1 || ec2 || p.parent_path() != f) return false;
-  const std::string name = p.filename().string();
-  if (name.rfind("step-", 0) != 0) return false;
-  size_t i = 5;
-  while (i < name.size() && name[i] >= '0' && name[i] <= '9') ++i;
-  return i > 5 && (i == name.size() || name[i] == '.');
+  return checkpoint_step_of(p.filename().string()).has_value();
 }
 
 // The names every save of this run takes, step-N for N in (start_step,
@@ -113,14 +121,9 @@ void check_checkpoint_targets(const JobConfig& config, int64_t start_step) {
   fs::directory_iterator entries(checkpoint_folder(config), ec);
   if (ec) return;  // no folder yet: nothing in the way
   for (const fs::directory_entry& entry : entries) {
-    const std::string name = entry.path().filename().string();
-    if (name.rfind("step-", 0) != 0) continue;
-    int64_t step = 0;
-    const auto [end, error] = std::from_chars(name.data() + 5, name.data() + name.size(), step);
-    if (error != std::errc() || end == name.data() + 5 || step <= start_step ||
-        step > config.training.steps)
-      continue;
-    const std::string target = checkpoint_path(config, step, sharded);
+    const std::optional<int64_t> step = checkpoint_step_of(entry.path().filename().string());
+    if (!step || *step <= start_step || *step > config.training.steps) continue;
+    const std::string target = checkpoint_path(config, *step, sharded);
     if (sharded) {
       check_output_folder(target, "checkpoint.folder");
     } else {
