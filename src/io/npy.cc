@@ -36,9 +36,10 @@ constexpr size_t kMagicSize = 6;
 
 // The header dict's values, as far as a token file needs them.
 struct HeaderValue {
-  std::string text;            // a string, or "True" / "False"
+  std::string text;            // a string's contents, or a bare word (True, False)
   std::vector<int64_t> tuple;  // a shape
   bool is_tuple = false;
+  bool is_word = false;  // unquoted: a Python literal, not a string
 };
 
 // A parser for the small Python-literal subset numpy writes in headers.
@@ -64,7 +65,9 @@ class HeaderParser {
         value.is_tuple = true;
       } else if (peek() == '\'' || peek() == '"') {
         if (!string(value.text)) return false;
-      } else if (!word(value.text)) {
+      } else if (word(value.text)) {
+        value.is_word = true;
+      } else {
         return false;
       }
       out[key] = value;
@@ -235,15 +238,19 @@ struct TokenArray {
 TokenArray parse_token_header(const std::string& path, const std::string& header) {
   std::map<std::string, HeaderValue> dict;
   if (!HeaderParser(header).parse(dict) || !dict.count("descr") || !dict.count("shape") ||
-      !dict["shape"].is_tuple)
+      !dict["shape"].is_tuple || dict["descr"].is_tuple || dict["descr"].is_word)
     fail(path, "malformed header (expected a dict with 'descr', 'fortran_order' and 'shape'): " +
                    header.substr(0, 120));
   TokenArray a;
   a.descr = dict["descr"].text;
   const std::vector<int64_t> shape = dict["shape"].tuple;
-  if (dict.count("fortran_order") && dict["fortran_order"].text != "False" &&
-      dict["fortran_order"].text != "True")
-    fail(path, "malformed header: fortran_order is '" + dict["fortran_order"].text + "'");
+  if (dict.count("fortran_order")) {
+    const HeaderValue& order = dict["fortran_order"];
+    if (!order.is_word || (order.text != "False" && order.text != "True"))
+      fail(path, "malformed header: fortran_order is " +
+                     (order.is_word ? order.text : "the string '" + order.text + "'") +
+                     ", expected True or False (a Python bool)");
+  }
   if (a.descr == "<u2")
     a.item_size = 2;
   else if (a.descr == "<u4" || a.descr == "<i4")

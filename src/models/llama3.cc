@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <map>
+#include <string>
+#include <utility>
 
 #include "graph/builder.h"
 #include "models/config_errors.h"
@@ -31,6 +33,19 @@ const std::map<std::string, TransformerArgs>& llama3_flavors() {
 }
 
 }  // namespace
+
+void refuse_moe_keys_for_llama3(const JobConfig::Model& model) {
+  const std::pair<const char*, bool> moe_keys[] = {
+      {"num_experts", model.num_experts != 0},
+      {"top_k", model.top_k != 0},
+      {"interleave_moe_layer_step", model.interleave_moe_layer_step != 0},
+      {"score_func", !model.score_func.empty()}};
+  for (const auto& [key, set] : moe_keys) {
+    require(!set, std::string("model.") + key +
+                      " is set, but model.name = \"llama3\" has no mixture-of-experts blocks "
+                      "(expected model.name = \"llama4\", or the key left out)");
+  }
+}
 
 TransformerArgs resolve_llama3_args(const JobConfig::Model& model) {
   TransformerArgs args = find_flavor(llama3_flavors(), "llama3", model.flavor);

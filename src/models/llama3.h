@@ -33,6 +33,10 @@ struct TransformerArgs {
 // The flavor table of spec.md §3 with the config's overrides applied and
 // checked (InputError names the key and the constraint).
 TransformerArgs resolve_llama3_args(const JobConfig::Model& model);
+// InputError naming the first llama4-only key (num_experts, top_k,
+// interleave_moe_layer_step, score_func) that `model` sets: a llama3 run
+// would ignore it.
+void refuse_moe_keys_for_llama3(const JobConfig::Model& model);
 
 Program build_llama3_program(const TransformerArgs& args, int64_t batch, int64_t seq);
 

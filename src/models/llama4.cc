@@ -78,6 +78,15 @@ Llama4Args resolve_llama4_args(const JobConfig::Model& model) {
     args.interleave_moe_layer_step = model.interleave_moe_layer_step;
   }
   if (!model.score_func.empty()) args.sigmoid = model.score_func == "sigmoid";
+  // torchtitan builds such a model without a word: every block dense, a
+  // Llama 3 under another name. Asked for by mistake far more often than
+  // on purpose (a small --model.n_layers under the flavor's interleave).
+  require(args.interleave_moe_layer_step <= args.base.n_layers,
+          "model.interleave_moe_layer_step = " + std::to_string(args.interleave_moe_layer_step) +
+              " with n_layers = " + std::to_string(args.base.n_layers) +
+              " gives the llama4 model no MoE block (block i is MoE when (i + 1) is a multiple "
+              "of the step; expected a step of at most n_layers, or model.name = \"llama3\" "
+              "for a dense model)");
   require(args.top_k <= args.num_experts,
           "model.top_k = " + std::to_string(args.top_k) + " exceeds model.num_experts = " +
               std::to_string(args.num_experts) + " (expected 1 <= top_k <= num_experts)");

@@ -46,6 +46,7 @@ BuiltModel build_model(const JobConfig::Model& model, int64_t batch, int64_t seq
     throw InputError("config error: model.name = \"" + model.name +
                      "\" is not available in this build (expected \"llama3\" or \"llama4\")");
   }
+  refuse_moe_keys_for_llama3(model);
   const TransformerArgs args = resolve_llama3_args(model);
   check_model_limits(args, nullptr, batch, seq);
   BuiltModel built{build_llama3_program(args, batch, seq), {}};

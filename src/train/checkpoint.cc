@@ -140,16 +140,20 @@ namespace {
 
 // A metadata value that must be a non-negative decimal integer, all of it
 // ("1e3" is not 1, "-5" is nothing); `absent` when the key is missing.
+// `minimum` is 0 or 1: a count that no run writes as 0 (ranks, batch
+// sizes, microbatches, windows) is damage, not a value to resume from.
 int64_t metadata_integer(const std::map<std::string, std::string>& metadata,
-                         const std::string& path, const std::string& key, int64_t absent) {
+                         const std::string& path, const std::string& key, int64_t absent,
+                         int64_t minimum = 0) {
   auto it = metadata.find(key);
   if (it == metadata.end()) return absent;
   const std::string& text = it->second;
   int64_t value = 0;
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (text.empty() || ec != std::errc() || end != text.data() + text.size() || value < 0)
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size() || value < minimum)
     throw InputError("checkpoint error: '" + path + "' has " + key + " metadata \"" + text +
-                     "\", expected a non-negative decimal integer");
+                     "\", expected a " + (minimum > 0 ? "positive" : "non-negative") +
+                     " decimal integer");
   return value;
 }
 
@@ -197,15 +201,17 @@ std::map<std::string, std::string> RunRecord::metadata() const {
 
 RunRecord RunRecord::read(const std::map<std::string, std::string>& metadata,
                           const std::string& path) {
-  auto get = [&](const char* key) { return metadata_integer(metadata, path, key, -1); };
+  auto get = [&](const char* key, int64_t minimum) {
+    return metadata_integer(metadata, path, key, -1, minimum);
+  };
   RunRecord r;
-  r.steps = get("training.steps");
-  r.local_batch_size = get("training.local_batch_size");
-  r.seq_len = get("training.seq_len");
-  r.windows = get("data.windows");
-  r.next_window = get("data.next_window");
-  r.ranks = get("data.ranks");
-  r.microbatches = get("data.microbatches");
+  r.steps = get("training.steps", 0);
+  r.local_batch_size = get("training.local_batch_size", 1);
+  r.seq_len = get("training.seq_len", 1);
+  r.windows = get("data.windows", 1);
+  r.next_window = get("data.next_window", 0);
+  r.ranks = get("data.ranks", 1);
+  r.microbatches = get("data.microbatches", 1);
   return r;
 }
 
@@ -255,7 +261,8 @@ void refuse_missing_layers(const std::string& path, const std::vector<Param>& pa
 
 // A sharded checkpoint's state, part by part and unit by unit in the
 // index's order, so each shard tensor is read once.
-int64_t load_sharded_checkpoint(const std::string& folder, ModelState& state, bool with_optimizer) {
+LoadedCheckpoint load_sharded_checkpoint(const std::string& folder, ModelState& state,
+                                         bool with_optimizer) {
   ShardedCheckpoint c = ShardedCheckpoint::open(folder);
   const auto& params = state.program->params;
   std::map<std::string, size_t> id_of_fqn;
@@ -289,12 +296,12 @@ int64_t load_sharded_checkpoint(const std::string& folder, ModelState& state, bo
       }
     }
   }
-  return c.index().step;
+  return {c.index().step, moments};
 }
 
 }  // namespace
 
-int64_t load_checkpoint(const std::string& path, ModelState& state, bool with_optimizer) {
+LoadedCheckpoint load_checkpoint(const std::string& path, ModelState& state, bool with_optimizer) {
   if (std::filesystem::is_directory(path))
     return load_sharded_checkpoint(path, state, with_optimizer);
   SafetensorsReader reader = SafetensorsReader::open(path);
@@ -322,7 +329,7 @@ int64_t load_checkpoint(const std::string& path, ModelState& state, bool with_op
       read(kExpAvgSq + params[i].fqn, params[i].shape, state.exp_avg_sq[i]);
     }
   }
-  return metadata_integer(reader.metadata(), path, "step", 0);
+  return {metadata_integer(reader.metadata(), path, "step", 0), moments};
 }
 
 }  // namespace remat

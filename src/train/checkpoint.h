@@ -73,7 +73,7 @@ struct RunRecord {
 // What a checkpoint (a file or a sharded step folder) records: its step (0
 // if absent) and the run that saved it. InputError for a path that is not a
 // valid checkpoint, or malformed metadata (a non-negative decimal integer
-// expected, all of it).
+// expected, all of it; a positive one for the counts).
 struct CheckpointInfo {
   int64_t step = 0;
   RunRecord run;
@@ -83,7 +83,13 @@ CheckpointInfo read_checkpoint_info(const std::string& path);
 // Loads the weights (every parameter must be present with its shape) and, if
 // the checkpoint has them and the state wants them, the optimizer moments,
 // from a single file or a sharded checkpoint saved with any number of ranks.
-// Returns the step stored in it (0 if none). InputError on any mismatch.
-int64_t load_checkpoint(const std::string& path, ModelState& state, bool with_optimizer);
+// Returns the step stored in it (0 if none) and whether moments were read
+// (a weights-only file leaves the state's as they were). InputError on any
+// mismatch.
+struct LoadedCheckpoint {
+  int64_t step = 0;
+  bool moments = false;
+};
+LoadedCheckpoint load_checkpoint(const std::string& path, ModelState& state, bool with_optimizer);
 
 }  // namespace remat

@@ -312,20 +312,29 @@ int64_t initialize_state(const JobConfig& config, Session& session, bool with_op
   // included) has the same memory profile, the one the planner predicts.
   if (with_optimizer) state.ensure_optimizer_state();
   if (config.checkpoint.load.empty()) return 0;
-  int64_t step = 0;
+  LoadedCheckpoint loaded;
   if (session.sharded) {
     // The whole file is read on every rank, outside the run's books.
     Allocator file_books;
     ModelState full(*state.program, file_books, /*with_gradients=*/false);
     full.ensure_optimizer_state();
-    step = load_checkpoint(config.checkpoint.load, full, /*with_optimizer=*/true);
+    loaded = load_checkpoint(config.checkpoint.load, full, /*with_optimizer=*/true);
     session.sharded->load_full(full);
   } else {
-    step = load_checkpoint(config.checkpoint.load, state, /*with_optimizer=*/true);
+    loaded = load_checkpoint(config.checkpoint.load, state, /*with_optimizer=*/true);
   }
-  std::printf("loaded %s (step %lld)\n", config.checkpoint.load.c_str(),
-              static_cast<long long>(step));
-  return step;
+  const auto step = static_cast<long long>(loaded.step);
+  std::printf("loaded %s (step %lld)\n", config.checkpoint.load.c_str(), step);
+  // From step 0 (a seed checkpoint, or pretrained weights) zero moments are
+  // what any run starts with; later, the continued run differs from the one
+  // that saved the file, so it says so.
+  if (with_optimizer && !loaded.moments && loaded.step > 0) {
+    std::printf(
+        "warning: %s holds weights only, no AdamW moments: they start from zero at step %lld "
+        "(the run that saved it had its own; steps after this differ from that run's)\n",
+        config.checkpoint.load.c_str(), step + 1);
+  }
+  return loaded.step;
 }
 
 // Always one file (rank 0's): every rank starts from the same seed.

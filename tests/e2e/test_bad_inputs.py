@@ -40,10 +40,11 @@ OLD_METRICS = b'{"step": 1, "loss": 7.5}\n{"step": 2, "loss": 7.25}\n'
 
 # ---- input files -------------------------------------------------------------
 
-def npy_bytes(tokens, dtype="<u2", shape=None):
+def npy_bytes(tokens, dtype="<u2", shape=None, fortran_order="False"):
     """A NumPy v1.0 .npy file of a 1-D array, written by hand (no numpy needed)."""
     shape = len(tokens) if shape is None else shape
-    header = "{'descr': '%s', 'fortran_order': False, 'shape': (%d,), }" % (dtype, shape)
+    header = "{'descr': '%s', 'fortran_order': %s, 'shape': (%d,), }" % (dtype, fortran_order,
+                                                                        shape)
     pad = 64 - (10 + len(header) + 1) % 64
     header = header + " " * pad + "\n"
     fmt = {"<u2": "H", "<u4": "I", "<i4": "i", "<i8": "q"}[dtype]
@@ -323,6 +324,13 @@ def cases():
              ["short.npy", "truncated", "2000"], files={"short.npy": truncated_npy}),
         Case("dataset_path token >= vocab", ["--training.dataset_path", "big.npy"],
              ["big.npy", "4000", "index 500", "expected", "2048"], files={"big.npy": npy_bytes(big_tokens)}),
+        Case("dataset_path .npy whose fortran_order is a string, not a bool",
+             ["--training.dataset_path", "str.npy"],
+             ["str.npy", "fortran_order is the string 'False'", "expected True or False"],
+             files={"str.npy": npy_bytes(GOOD_TOKENS, fortran_order="'False'")}),
+        Case("dataset_path .npy whose descr is a bool, not a string",
+             ["--training.dataset_path", "w.npy"], ["w.npy", "malformed header"],
+             files={"w.npy": npy_bytes(GOOD_TOKENS).replace(b"'<u2'", b"False")}),
         Case("dataset_path is a directory", ["--training.dataset_path", "data_dir"],
              ["data_dir", "is a directory", "expected"], files={"data_dir": None}),
         Case("--config is a directory", ["--config", "cfg_dir"],
@@ -355,6 +363,16 @@ def cases():
               "--model.n_layers", "1"],
              ["small.safetensors", "layers.5.", "a layer this model does not have"],
              files={"small.safetensors": "SEED"}),
+        Case("llama3 with model.num_experts (a llama4 key it would ignore)",
+             ["--model.num_experts", "4"],
+             ["model.num_experts is set", 'model.name = "llama3"', "no mixture-of-experts",
+              'model.name = "llama4"']),
+        Case("plan: llama3 with model.score_func", ["--model.score_func", "sigmoid"],
+             ["model.score_func is set", 'model.name = "llama3"'], command="plan"),
+        Case("llama4 with fewer layers than its MoE interleave step (no MoE block)",
+             ["--model.name", "llama4", "--model.n_layers", "1"],
+             ["model.interleave_moe_layer_step = 2", "n_layers = 1", "no MoE block",
+              "at most n_layers"]),
         Case("model.tokenizer gpt2 (a name, not a file)", ["--model.tokenizer", "gpt2"],
              ['model.tokenizer = "gpt2"', "no built-in tokenizer of that name", '"byte"',
               "tokenizer.json"]),
@@ -525,6 +543,11 @@ def cases():
         Case("checkpoint step -5", ["--checkpoint.load", "s.safetensors", "--model.dim", "128"],
              ["s.safetensors", '"-5"', "expected a non-negative decimal integer"],
              files={"s.safetensors": with_step("-5")}),
+        Case("checkpoint data.ranks 0 (no run has zero ranks)",
+             ["--checkpoint.load", "s.safetensors", "--model.dim", "128"],
+             ["s.safetensors", 'data.ranks metadata "0"', "expected a positive decimal integer"],
+             files={"s.safetensors": lambda seed: with_header(
+                 seed, lambda h: h["__metadata__"].update({"data.ranks": "0"}))}),
         # -- finding 10: inputs that are not regular files
         Case("--config /dev/zero", ["--config", "/dev/zero"],
              ["/dev/zero", "character device", "expected a TOML file"], with_config_flag=False),

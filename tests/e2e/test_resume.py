@@ -10,6 +10,8 @@
   (the checkpoint the resumed run writes records where it got to); with
   another seq_len it warns that the data position is recomputed. The same
   settings give no warning.
+- A weights-only checkpoint past step 0 warns that the AdamW moments start
+  from zero.
 - Malformed run metadata is exit 2 naming the key.
 
 Usage: test_resume.py <path-to-remat>
@@ -49,6 +51,28 @@ def metadata(path):
     n = struct.unpack("<Q", data[:8])[0]
     meta = json.loads(data[8:8 + n]).get("__metadata__", {})
     return {k: v for k, v in meta.items() if not k.startswith("crc32c.")}
+
+
+def without_optimizer(data):
+    """A safetensors file with its optimizer.* tensors (and their checksums) removed."""
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    body = data[8 + n:]
+    kept, out, offset = {}, [], 0
+    names = sorted((k for k in header if k != "__metadata__"),
+                   key=lambda k: header[k]["data_offsets"][0])
+    for name in names:
+        if name.startswith("optimizer."):
+            header["__metadata__"].pop("crc32c." + name, None)
+            continue
+        begin, end = header[name]["data_offsets"]
+        kept[name] = dict(header[name], data_offsets=[offset, offset + end - begin])
+        out.append(body[begin:end])
+        offset += end - begin
+    kept["__metadata__"] = header["__metadata__"]
+    text = json.dumps(kept, separators=(",", ":")).encode()
+    text += b" " * ((8 - len(text) % 8) % 8)
+    return struct.pack("<Q", len(text)) + text + b"".join(out)
 
 
 def steps_of(path):
@@ -117,6 +141,16 @@ def test_record_and_warnings():
         check(proc.returncode == 0 and "training.seq_len = 32, this run has 16" in proc.stdout
               and "(step x batch) mod" in proc.stdout,
               "another seq_len warns that the data position is recomputed")
+
+        # Weights only (the AdamW moments dropped from the file): the resume
+        # says the moments start from zero.
+        weights = tmp / "weights.safetensors"
+        weights.write_bytes(without_optimizer(saved.read_bytes()))
+        proc = train(tmp, config, "--training.steps", "4", "--checkpoint.load", str(weights),
+                     "--job.dump_folder", "w")
+        check(proc.returncode == 0 and "holds weights only, no AdamW moments" in proc.stdout
+              and "start from zero at step 4" in proc.stdout,
+              "a weights-only checkpoint at step 3 warns that the moments start from zero")
 
         # A malformed record is a bad checkpoint: exit 2 naming the key.
         data = saved.read_bytes()

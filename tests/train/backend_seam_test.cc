@@ -72,7 +72,7 @@ Trained train(const Program& program, Backend& backend, Allocator& allocator) {
                            std::to_string(program.n_blocks) + ".safetensors";
   save_checkpoint(path, state, 3, /*with_optimizer=*/true);
   ModelState loaded(program, allocator, /*with_gradients=*/false, backend);
-  EXPECT_EQ(load_checkpoint(path, loaded, /*with_optimizer=*/true), 3);
+  EXPECT_EQ(load_checkpoint(path, loaded, /*with_optimizer=*/true).step, 3);
   std::remove(path.c_str());
   for (size_t i = 0; i < loaded.params.size(); ++i) {
     out.params.push_back(to_host(backend, loaded.params[i]));
