@@ -9,6 +9,7 @@
 #include "io/dataset.h"
 #include "io/files.h"
 #include "io/safetensors.h"
+#include "planner/job_options.h"
 #include "planner/setup.h"
 #include "train/checkpoint.h"
 #include "train/session.h"
@@ -66,6 +67,17 @@ int run_eval(const JobConfig& config) {
 int run_dump_gradients(const JobConfig& config, const std::string& tokens_path,
                        const std::string& out_path) {
   const int64_t batch = config.training.local_batch_size, seq = config.training.seq_len;
+  // One pass over one batch: a global batch that a training step would
+  // accumulate over several microbatches is not what this writes.
+  if (const int64_t micro = gradient_accumulation_steps(config, 1); micro > 1) {
+    throw InputError(
+        "grads: training.global_batch_size = " + std::to_string(config.training.global_batch_size) +
+        " asks for " + std::to_string(micro) +
+        " accumulated microbatches, but grads writes the gradients of one batch of "
+        "training.local_batch_size = " +
+        std::to_string(batch) +
+        " rows (expected global_batch_size -1, or equal to local_batch_size)");
+  }
   const Setup setup = make_setup(config, batch, Pass::kTraining);
   TokenDataset data = load_token_file(tokens_path, "byte", setup.model.summary.vocab_size);
   if (count_eval_rows(static_cast<int64_t>(data.tokens.size()), seq) < batch) {

@@ -1,6 +1,9 @@
 #include "train/validation.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <system_error>
 
 #include "ac/schedule.h"
 #include "core/error.h"
@@ -27,6 +30,14 @@ TokenDataset validation_tokens(const JobConfig& config, TokenDataset& training,
   const auto& t = config.training;
   if (!config.validation.dataset.empty()) {
     data = load_token_file(config.validation.dataset, config.model.tokenizer, vocab_size);
+    std::error_code ec;
+    if (!t.dataset_path.empty() &&
+        std::filesystem::equivalent(config.validation.dataset, t.dataset_path, ec)) {
+      std::printf(
+          "warning: validation.dataset '%s' is the training data (training.dataset_path '%s'): "
+          "its loss is measured on tokens the run trains on, not held-out ones\n",
+          config.validation.dataset.c_str(), t.dataset_path.c_str());
+    }
   } else if (t.dataset_path.empty()) {
     HeldOutSplit split = split_held_out(training.tokens, kHeldOutFraction);
     data.description = "the last " + with_thousands(split.held_out.size()) + " tokens of " +

@@ -486,6 +486,12 @@ def cases():
               "small.safetensors", "--model.dim", "128"],
              ["--out", "/dev/null", "character device"], command="grads",
              files={"val.npy": good_npy, "small.safetensors": "SEED"}),
+        Case("grads with a global batch of two microbatches (it writes one batch's)",
+             ["--tokens", "val.npy", "--out", "g.safetensors", "--checkpoint.load",
+              "small.safetensors", "--model.dim", "128", "--training.global_batch_size", "4"],
+             ["grads", "training.global_batch_size = 4", "2 accumulated microbatches",
+              "local_batch_size = 2"], command="grads",
+             files={"val.npy": good_npy, "small.safetensors": "SEED"}),
         # -- findings 2, 3, 4, 6, 8: absurd sizes exit 2 before allocating
         Case("vocab_size 2^62", ["--model.vocab_size", "4611686018427387904"],
              ["model.vocab_size", "4611686018427387904", "expected"]),

@@ -68,6 +68,16 @@ def explicit_file(tmp):
           f"remat eval on step 4 ({got and got.group(1)}) = validation loss at step 4 "
           f"({validation[-1]['validation_loss']:.9g})")
 
+    check("warning" not in train.stdout, "a held-out validation.dataset warns about nothing")
+    # The training file itself (through a second name) as validation data: a warning.
+    (tmp / "alias.txt").symlink_to(data)
+    same = run(["train", *SMALL, "--training.dataset_path", str(data), "--training.steps", "2",
+                "--validation.enabled", "true", "--validation.freq", "2", "--validation.steps",
+                "1", "--validation.dataset", str(tmp / "alias.txt")], tmp)
+    check(same.returncode == 0 and "warning: validation.dataset" in same.stdout
+          and "is the training data (training.dataset_path" in same.stdout,
+          "validation.dataset naming the training file warns")
+
     plain = tmp / "without.jsonl"
     check(run(["train", *SMALL, "--metrics.jsonl_path", str(plain)], tmp).returncode == 0,
           "train without validation exits 0")
