@@ -229,7 +229,7 @@ bool flag_member(const json& object, const char* name, bool fallback, const std:
 int32_t token_id(const json& value, const std::string& field, const Where& where) {
   if (!value.is_number_integer() || value.get<int64_t>() < 0 ||
       value.get<int64_t>() >= kMaxVocabSize)
-    where.fail(field + " = " + value.dump() + ": expected an integer id in 0.." +
+    where.fail(field + " = " + json_excerpt(value) + ": expected an integer id in 0.." +
                std::to_string(kMaxVocabSize - 1));
   return static_cast<int32_t>(value.get<int64_t>());
 }
@@ -300,16 +300,17 @@ void load_model(const json& model, const Where& where, HfBpeTokenizer::Model& m,
                 std::vector<std::string>& by_id) {
   if (!model.is_object()) where.fail("model: expected an object");
   if (model.contains("type") && string_member(model, "type", "model", where) != "BPE")
-    where.fail("model.type = " + model["type"].dump() + ": expected \"BPE\"");
+    where.fail("model.type = " + json_excerpt(model["type"]) + ": expected \"BPE\"");
   if (flag_member(model, "byte_fallback", false, "model", where))
     where.fail("model.byte_fallback = true: expected false (a byte-level BPE needs no fallback)");
   for (const char* affix : {"continuing_subword_prefix", "end_of_word_suffix"}) {
     const auto it = model.find(affix);
     if (it != model.end() && !it->is_null() && *it != "")
-      where.fail(std::string("model.") + affix + " = " + it->dump() + ": expected null");
+      where.fail(std::string("model.") + affix + " = " + json_excerpt(*it) + ": expected null");
   }
   if (const auto it = model.find("dropout"); it != model.end() && !it->is_null() && *it != 0)
-    where.fail("model.dropout = " + it->dump() + ": expected null (encoding is deterministic)");
+    where.fail("model.dropout = " + json_excerpt(*it) +
+               ": expected null (encoding is deterministic)");
   m.ignore_merges = flag_member(model, "ignore_merges", false, "model", where);
   load_vocab(member(model, "vocab", "model", where), where, m, by_id);
   load_merges(member(model, "merges", "model", where), where, m);
@@ -485,6 +486,7 @@ HfBpeTokenizer::HfBpeTokenizer(const std::string& path, const std::string& key)
     where.fail(e.what());
   }
   json root;
+  if (json_too_deep(bytes)) where.fail("not a Hugging Face tokenizer.json: " + json_depth_text());
   try {
     root = json::parse(bytes);
   } catch (const json::exception& e) {  // parse_error, or out_of_range for 1e9999
@@ -494,7 +496,7 @@ HfBpeTokenizer::HfBpeTokenizer(const std::string& path, const std::string& key)
   if (!root.is_object())
     where.fail("not a Hugging Face tokenizer.json: expected a JSON object at the top");
   if (const auto it = root.find("normalizer"); it != root.end() && !it->is_null())
-    where.fail("normalizer = " + it->dump().substr(0, 80) + ": expected null (as in Llama 3's)");
+    where.fail("normalizer = " + json_excerpt(*it) + ": expected null (as in Llama 3's)");
   std::vector<std::string> by_id;
   load_model(member(root, "model", "the file", where), where, *model_, by_id);
   load_added(root, where, *model_, by_id);

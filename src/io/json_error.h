@@ -1,8 +1,10 @@
-// What a JSON parse error says, for remat's own messages.
+// JSON inputs: what a parse error says, for remat's own messages, the
+// nesting remat accepts, and how a message quotes a value.
 #pragma once
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 
 namespace remat {
 
@@ -15,6 +17,53 @@ inline std::string json_error_text(const nlohmann::json::exception& e) {
     const size_t end = text.find("] ");
     if (end != std::string::npos) text.erase(0, end + 2);
   }
+  return text;
+}
+
+// How deep the JSON inputs may nest. Every file remat reads is shallow (a
+// tokenizer.json nests 5 deep, a safetensors header 3); nlohmann parses any
+// depth, but copying or printing a value recurses once per level, and a
+// file of 100,000 brackets overflowed the stack.
+inline constexpr int kMaxJsonDepth = 512;
+
+// Whether `text` nests arrays and objects deeper than kMaxJsonDepth (strings
+// skipped, so brackets inside them do not count). Checked before parsing.
+inline bool json_too_deep(std::string_view text) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxJsonDepth) return true;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return false;
+}
+
+// The message for a text json_too_deep refuses.
+inline std::string json_depth_text() {
+  return "arrays and objects nested more than " + std::to_string(kMaxJsonDepth) +
+         " deep (expected the shallow JSON of this file type)";
+}
+
+// A JSON value as an error message quotes it: a number, string or literal
+// as JSON (at most 80 characters of it), an array or object by its size,
+// so that a message never prints a whole (huge) structure.
+inline std::string json_excerpt(const nlohmann::json& value) {
+  if (value.is_array()) return "an array of " + std::to_string(value.size()) + " elements";
+  if (value.is_object()) return "an object of " + std::to_string(value.size()) + " keys";
+  std::string text = value.dump();
+  if (text.size() > 80) text = text.substr(0, 77) + "...";
   return text;
 }
 

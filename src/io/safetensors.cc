@@ -168,6 +168,7 @@ json read_header(const std::string& path, uint64_t* file_size, uint64_t* header_
       repeated = parsed.get<std::string>();
     return true;
   };
+  if (json_too_deep(text)) fail(path, "header has " + json_depth_text());
   try {
     header = json::parse(text, note_names);
   } catch (const json::exception& e) {
@@ -191,30 +192,32 @@ SafetensorsReader::Info SafetensorsReader::parse_entry(const std::string& path,
     fail(path, where + "expected an object with dtype, shape and data_offsets");
   const json& dtype = entry["dtype"];
   if (!dtype.is_string() || dtype.get<std::string>() != "F32")
-    fail(path, where + "dtype " + dtype.dump() + " is not supported, expected \"F32\" (fp32)");
+    fail(path,
+         where + "dtype " + json_excerpt(dtype) + " is not supported, expected \"F32\" (fp32)");
   Info info;
   if (!entry["shape"].is_array())
     fail(path, where + "shape must be an array of non-negative integers");
   for (const json& d : entry["shape"]) {
     uint64_t u = 0;
     if (!as_offset(d, u) || u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-      fail(path,
-           where + "shape must be an array of non-negative integers, got " + entry["shape"].dump());
+      fail(path, where + "shape must be an array of non-negative integers, got " +
+                     json_excerpt(entry["shape"]));
     info.shape.push_back(static_cast<int64_t>(u));
   }
   const json& offsets = entry["data_offsets"];
   uint64_t begin = 0, end = 0;
   if (!offsets.is_array() || offsets.size() != 2 || !as_offset(offsets[0], begin) ||
       !as_offset(offsets[1], end) || begin > end)
-    fail(path,
-         where + "data_offsets must be [begin, end] with 0 <= begin <= end, got " + offsets.dump());
+    fail(path, where + "data_offsets must be [begin, end] with 0 <= begin <= end, got " +
+                   json_excerpt(offsets));
   if (end > data_size)
-    fail(path, where + "data_offsets " + offsets.dump() + " lie outside the file (" +
+    fail(path, where + "data_offsets " + json_excerpt(offsets) + " lie outside the file (" +
                    std::to_string(data_size) + " data bytes after the header)");
   const int64_t n = checked_numel(info.shape, data_size / dtype_size(DType::kF32) + 1);
   if (n < 0 || static_cast<uint64_t>(bytes_of(n, DType::kF32)) != end - begin)
-    fail(path, where + "data_offsets " + offsets.dump() + " span " + std::to_string(end - begin) +
-                   " bytes, but shape " + shape_string(info.shape) + " of F32 needs " +
+    fail(path, where + "data_offsets " + json_excerpt(offsets) + " span " +
+                   std::to_string(end - begin) + " bytes, but shape " + shape_string(info.shape) +
+                   " of F32 needs " +
                    (n < 0 ? std::string("more") : std::to_string(bytes_of(n, DType::kF32))));
   info.begin = data_start + begin;
   info.bytes = end - begin;
@@ -233,8 +236,8 @@ SafetensorsReader SafetensorsReader::open(const std::string& path) {
       if (!entry.is_object()) fail(path, "\"__metadata__\" must be an object of strings");
       for (const auto& [key, value] : entry.items()) {
         if (!value.is_string())
-          fail(path,
-               "\"__metadata__\" value for '" + key + "' must be a string, got " + value.dump());
+          fail(path, "\"__metadata__\" value for '" + key + "' must be a string, got " +
+                         json_excerpt(value));
         reader.metadata_[key] = value.get<std::string>();
       }
       continue;

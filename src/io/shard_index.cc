@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "io/config.h"
+#include "io/json_error.h"
 
 namespace remat {
 
@@ -32,7 +33,7 @@ int64_t integer(const json& object, const char* key, int64_t min, int64_t max,
                 const std::string& where, const std::string& path) {
   const json& v = field(object, key, where, path);
   if (!v.is_number_integer() || v.get<int64_t>() < min || v.get<int64_t>() > max)
-    bad(path, where + " \"" + key + "\" is " + v.dump() + ", expected an integer in [" +
+    bad(path, where + " \"" + key + "\" is " + json_excerpt(v) + ", expected an integer in [" +
                   std::to_string(min) + ", " + std::to_string(max) + "]");
   return v.get<int64_t>();
 }
@@ -53,8 +54,8 @@ ShardIndex::Param parse_param(const json& j, const std::string& where, const std
   int64_t numel = 1;
   for (const json& d : array(j, "shape", where, path)) {
     if (!d.is_number_integer() || d.get<int64_t>() < 0 || d.get<int64_t>() > kMaxElements)
-      bad(path,
-          where + " (" + p.fqn + ") has dimension " + d.dump() + ", expected an integer >= 0");
+      bad(path, where + " (" + p.fqn + ") has dimension " + json_excerpt(d) +
+                    ", expected an integer >= 0");
     p.shape.push_back(d.get<int64_t>());
     numel = p.shape.back() == 0 ? 0 : numel * p.shape.back();
     if (numel > kMaxElements) bad(path, where + " (" + p.fqn + ") has too many elements");
@@ -113,7 +114,7 @@ void parse_files(const json& j, ShardIndex& index, const std::string& path) {
     const std::string text = name.is_string() ? name.get<std::string>() : "";
     if (text.empty() || text == "." || text == ".." || text.find('/') != std::string::npos ||
         text.find('\0') != std::string::npos)
-      bad(path, where + " \"name\" is " + name.dump() +
+      bad(path, where + " \"name\" is " + json_excerpt(name) +
                     ", expected a file name in the checkpoint's folder");
     index.files.push_back(text);
     index.file_bytes.push_back(integer(f, "bytes", 0, kMaxElements, where, path));
@@ -146,11 +147,12 @@ void check_params(const ShardIndex& index, const std::string& path) {
 }  // namespace
 
 ShardIndex ShardIndex::parse(const std::string& text, const std::string& path) {
+  if (json_too_deep(text)) bad(path, "has " + json_depth_text());
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) bad(path, "is not a JSON object (expected an index)");
   const json& format = field(j, "format", "the index", path);
   if (format != kFormat)
-    bad(path, "has format " + format.dump() + ", expected \"" + kFormat + "\"");
+    bad(path, "has format " + json_excerpt(format) + ", expected \"" + kFormat + "\"");
   integer(j, "version", kVersion, kVersion, "the index", path);
   ShardIndex index;
   index.step = integer(j, "step", 0, kMaxElements, "the index", path);

@@ -17,6 +17,7 @@
 #include "core/host_memory.h"
 #include "core/progress.h"
 #include "io/files.h"
+#include "io/json_error.h"
 #include "kernels/cpu/kernels.h"
 #include "models/registry.h"
 #include "planner/planner.h"
@@ -72,9 +73,10 @@ std::map<std::string, double> read_cache(const std::string& path, const std::str
   if (!std::filesystem::exists(path, ec)) return times;
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(read_regular_file(path, "activation_checkpoint.cost_cache",
-                                                "a JSON file written by remat", 1 << 24,
-                                                InputUse::kRewritten));
+    const std::string text =
+        read_regular_file(path, "activation_checkpoint.cost_cache", "a JSON file written by remat",
+                          1 << 24, InputUse::kRewritten);
+    if (!json_too_deep(text)) j = nlohmann::json::parse(text);  // too deep: not a cache
   } catch (const nlohmann::json::exception&) {
     j = nullptr;
   }

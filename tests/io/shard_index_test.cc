@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "io/json_error.h"
 
 namespace remat {
 namespace {
@@ -89,6 +90,39 @@ TEST(ShardIndex, RejectsOtherFilesAndVersions) {
             std::string::npos);
   EXPECT_NE(message("{\"format\": \"remat\"}").find("expected \"remat-sharded-checkpoint\""),
             std::string::npos);
+}
+
+// A deep index is refused before parsing (printing its format back once
+// overflowed the stack), at exactly the documented depth.
+TEST(ShardIndex, RejectsJsonNestedTooDeep) {
+  auto message = [](const std::string& text) {
+    try {
+      ShardIndex::parse(text, "index.json");
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  const auto nested = [](int depth) {
+    return "{\"format\": " + std::string(depth - 1, '[') + std::string(depth - 1, ']') + "}";
+  };
+  EXPECT_NE(message(nested(200000)).find("nested more than 512 deep"), std::string::npos);
+  EXPECT_NE(message(nested(kMaxJsonDepth + 1)).find("nested more than 512 deep"),
+            std::string::npos);
+  // At the limit it parses, and the format is quoted by its size.
+  EXPECT_NE(message(nested(kMaxJsonDepth)).find("has format an array of 1 elements"),
+            std::string::npos)
+      << message(nested(kMaxJsonDepth));
+}
+
+// Brackets inside strings (escaped quotes included) are not nesting.
+TEST(JsonDepth, CountsOnlyStructure) {
+  EXPECT_FALSE(json_too_deep(R"({"a": ")" + std::string(1000, '[') + R"("})"));
+  EXPECT_FALSE(json_too_deep(R"({"a": "\"[[[", "b": [[1]]})"));
+  EXPECT_TRUE(json_too_deep(std::string(kMaxJsonDepth + 1, '{')));
+  EXPECT_FALSE(json_too_deep(std::string(kMaxJsonDepth, '{')));
+  EXPECT_EQ(json_excerpt(nlohmann::json::parse("[1, 2]")), "an array of 2 elements");
+  EXPECT_EQ(json_excerpt(nlohmann::json(std::string(200, 'x'))).size(), 80u);
 }
 
 }  // namespace
