@@ -21,6 +21,7 @@
 #include "planner/pareto_output.h"
 #include "planner/plan_command.h"
 #include "planner/timeline_output.h"
+#include "train/checkpoint.h"
 #include "train/evaluate.h"
 #include "train/trainer.h"
 
@@ -117,6 +118,25 @@ int dispatch(int argc, char** argv, Communicator& comm) {
     config.model.tokenizer_path.clear();
   }
   resolve_tokenizer(config);
+  if (c.command == "train" && config.checkpoint.enable && config.checkpoint.load.empty() &&
+      !config.checkpoint.create_seed_checkpoint) {
+    config.checkpoint.load = latest_checkpoint(config);
+    if (!config.checkpoint.load.empty()) {
+      std::fprintf(notes,
+                   "resuming from %s, the latest checkpoint in checkpoint.folder (as torchtitan "
+                   "does; checkpoint.load names another, a new job.dump_folder starts afresh)\n",
+                   config.checkpoint.load.c_str());
+      try {
+        read_checkpoint_info(config.checkpoint.load);
+      } catch (const InputError& e) {
+        throw InputError(std::string(e.what()) +
+                         "; it is the latest checkpoint in checkpoint.folder, which a run with "
+                         "checkpointing on resumes from (expected a checkpoint of this run: move "
+                         "it away, name another with checkpoint.load, or start afresh in a new "
+                         "job.dump_folder)");
+      }
+    }
+  }
   note_job_inputs(config);  // before planning, which may write a cost cache
   print_startup(config, notes);
   if (c.command == "train") return run_train(config, comm);  // ends the malloc warm-up itself

@@ -1007,6 +1007,34 @@ void print_validation(const JobConfig& config, const Setup& setup, const Validat
 
 }  // namespace
 
+std::string latest_checkpoint(const JobConfig& config) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::directory_iterator entries(checkpoint_folder(config), ec);
+  if (ec) return "";
+  const bool sharded = sharded_checkpoints(config);
+  int64_t best = -1;
+  std::string found;
+  for (const fs::directory_entry& entry : entries) {
+    const std::optional<int64_t> step = checkpoint_step_of(entry.path().filename().string());
+    if (!step || *step < best) continue;
+    // Complete checkpoints only, by their exact names: a file's temporary
+    // or a step folder whose index was never written is not one.
+    for (const bool folder : {false, true}) {
+      const std::string path = checkpoint_path(config, *step, folder);
+      if (entry.path().string() != path) continue;
+      const bool complete = folder ? fs::is_regular_file(fs::path(path) / kShardIndexName, ec)
+                                   : fs::is_regular_file(path, ec);
+      // Where one step has both forms, the run's own format wins.
+      if (complete && (*step > best || folder == sharded)) {
+        best = *step;
+        found = path;
+      }
+    }
+  }
+  return found;
+}
+
 int run_train(const JobConfig& config, Communicator& comm) {
   const auto& t = config.training;
   check_data_parallel_degrees(config, comm);

@@ -4,6 +4,8 @@
 // InputError before anything is allocated or any output file is touched.
 #pragma once
 
+#include <string>
+
 #include "dist/comm.h"
 #include "io/config.h"
 
@@ -15,5 +17,13 @@ namespace remat {
 // Under mpirun, every rank of `comm` calls it (train/data_parallel.h); the
 // inputs are agreed (confirm_inputs) before the first step.
 int run_train(const JobConfig& config, Communicator& comm);
+
+// The latest complete checkpoint in the run's checkpoint.folder (under
+// job.dump_folder): step-N.safetensors, or a sharded step folder step-N/
+// holding its index; "" when there is none. A training run with
+// checkpointing on and no checkpoint.load resumes from it, as torchtitan's
+// does: the same command run again continues the run, rather than training
+// afresh over its checkpoints.
+std::string latest_checkpoint(const JobConfig& config);
 
 }  // namespace remat

@@ -202,6 +202,16 @@ def with_header(seed, edit):
     return struct.pack("<Q", len(text)) + text + seed[8 + n:]
 
 
+def raw_safetensors(header_text):
+    """A safetensors file of a header written as text (no data)."""
+    b = header_text.encode()
+    b += b" " * ((8 - len(b) % 8) % 8)
+    return struct.pack("<Q", len(b)) + b
+
+
+DEEP = "[" * 200000 + "]" * 200000  # printing or copying it recursed past the stack
+
+
 def with_step(step):
     return lambda seed: with_header(seed, lambda h: h["__metadata__"].update(step=step))
 
@@ -376,6 +386,24 @@ def cases():
         Case("model.tokenizer gpt2 (a name, not a file)", ["--model.tokenizer", "gpt2"],
              ['model.tokenizer = "gpt2"', "no built-in tokenizer of that name", '"byte"',
               "tokenizer.json"]),
+        # JSON nested 200,000 deep: a segfault (stack overflow) where a message
+        # printed the value back, now refused before parsing.
+        Case("tokenizer.json nested 200,000 deep", ["--model.tokenizer_path", "deep.json"],
+             ["deep.json", "nested more than 512 deep"],
+             files={"deep.json": '{"normalizer": ' + DEEP + '}'}),
+        Case("checkpoint whose safetensors header nests 200,000 deep",
+             ["--checkpoint.load", "deep.safetensors"],
+             ["deep.safetensors", "header has arrays and objects nested more than 512 deep"],
+             files={"deep.safetensors": raw_safetensors(
+                 '{"x": {"dtype": %s, "shape": [], "data_offsets": [0, 0]}}' % DEEP)}),
+        Case("dataset .jsonl line nested 200,000 deep", ["--training.dataset_path", "deep.jsonl"],
+             ["deep.jsonl", "line 2", "nested more than 512 deep"],
+             files={"deep.jsonl": '{"text": "fine"}\n{"text": "x", "meta": ' + DEEP + '}\n'}),
+        Case("tokenizer.json whose vocab id is an array (quoted by its size, not printed)",
+             ["--model.tokenizer_path", "arr.json"],
+             ["arr.json", "an array of 3 elements", "expected an integer id"],
+             files={"arr.json": '{"model": {"type": "BPE", "vocab": {"a": [1, 2, 3]}, '
+                                '"merges": []}}'}),
         Case("model.tokenizer_path missing", ["--model.tokenizer_path", "x/tok.model"],
              ['model.tokenizer_path = "x/tok.model"', "no such file",
               "expected the path of a SentencePiece .model file"]),
@@ -467,15 +495,22 @@ def cases():
               "would overwrite it"],
              command="plan", files={"notes.txt": "my notes\n"}),
         Case("a save's temporary name is a folder (found at start-up, not after training)",
-             ["--checkpoint.enable", "true"],
+             ["--checkpoint.enable", "true", "--checkpoint.folder", "ck"],
              ["checkpoint.folder", "step-1.safetensors.tmp' exists and is a directory"],
              not_in_stdout=["step:"],  # refused before the first step
-             files={"outputs/checkpoint/step-1.safetensors.tmp": None}),
+             files={"outputs/ck/step-1.safetensors.tmp": None}),
         Case("metrics path is a name a checkpoint save takes",
-             ["--checkpoint.enable", "true", "--metrics.jsonl_path",
-              "outputs/checkpoint/step-7.safetensors"],
+             ["--checkpoint.enable", "true", "--checkpoint.folder", "ck", "--metrics.jsonl_path",
+              "outputs/ck/step-7.safetensors"],
              ["metrics.jsonl_path", "step-7.safetensors", "is a name the checkpoints in",
               "expected another file name"]),
+        # With checkpointing on, a run resumes from the latest checkpoint in its
+        # folder (as torchtitan's does): here the harness's step-1 file, not one.
+        Case("checkpointing on over a folder whose latest checkpoint is damaged",
+             ["--checkpoint.enable", "true"],
+             ["step-1.safetensors", "not a safetensors file",
+              "the latest checkpoint in checkpoint.folder", "new job.dump_folder"],
+             not_in_stdout=["step:"]),
         Case("grads --out is its --tokens",
              ["--tokens", "val.npy", "--out", "val.npy", "--checkpoint.load",
               "small.safetensors", "--model.dim", "128"],

@@ -10,6 +10,9 @@
   (the checkpoint the resumed run writes records where it got to); with
   another seq_len it warns that the data position is recomputed. The same
   settings give no warning.
+- With checkpointing on and no checkpoint.load, the same command run again
+  resumes from the latest checkpoint in its folder (torchtitan's behaviour),
+  bit for bit; once at training.steps it trains and rewrites nothing.
 - A weights-only checkpoint past step 0 warns that the AdamW moments start
   from zero.
 - Malformed run metadata is exit 2 naming the key.
@@ -106,6 +109,33 @@ def test_bit_exact(model):
               f"{model}: resuming with the same settings warns about nothing")
 
 
+def test_same_command_resumes(model):
+    """torchtitan's resume: checkpointing on over a folder with checkpoints."""
+    config = str(REPO / "configs" / f"{model}_debug.toml")
+    with tempfile.TemporaryDirectory(prefix="remat-resume-") as tmp:
+        tmp = Path(tmp)
+        args = ["--training.steps", "4", "--checkpoint.enable", "true", "--checkpoint.interval",
+                "2", "--job.dump_folder", "run"]
+        straight = train(tmp, config, *args, "--metrics.jsonl_path", "a.jsonl")
+        folder = tmp / "run" / "checkpoint"
+        # The last checkpoint lost: the same command again continues from step 2.
+        (folder / "step-4.safetensors").unlink(missing_ok=True)
+        again = train(tmp, config, *args, "--metrics.jsonl_path", "b.jsonl")
+        ok = straight.returncode == again.returncode == 0
+        a, b = (steps_of(tmp / "a.jsonl"), steps_of(tmp / "b.jsonl")) if ok else ({}, {})
+        check(ok and "resuming from run/checkpoint/step-2.safetensors, the latest checkpoint"
+              in again.stdout and sorted(b) == [3, 4] and all(a[s] == b[s] for s in (3, 4)),
+              f"{model}: the same command again resumes from the latest checkpoint (step 2) "
+              f"and steps 3-4 equal the first run's bit for bit: {sorted(b)}")
+        # Done already: nothing trained, no checkpoint rewritten.
+        before = (folder / "step-4.safetensors").stat() if ok else None
+        done = train(tmp, config, *args, "--metrics.jsonl_path", "c.jsonl")
+        after = (folder / "step-4.safetensors").stat() if ok else None
+        check(done.returncode == 0 and "nothing to train" in done.stdout and before is not None
+              and (before.st_ino, before.st_mtime_ns) == (after.st_ino, after.st_mtime_ns),
+              f"{model}: a third run finds step 4 = training.steps: nothing trained or rewritten")
+
+
 def test_record_and_warnings():
     config = str(REPO / "configs" / "llama3_debug.toml")
     with tempfile.TemporaryDirectory(prefix="remat-resume-") as tmp:
@@ -172,6 +202,8 @@ def test_record_and_warnings():
 def main():
     test_bit_exact("llama3")
     test_bit_exact("llama4")
+    test_same_command_resumes("llama3")
+    test_same_command_resumes("llama4")
     test_record_and_warnings()
     print(f"{len(failures)} failing check(s)" if failures else "all checks ok")
     return 1 if failures else 0
