@@ -6,7 +6,9 @@
 #include <limits>
 #include <optional>
 #include <sstream>
+#include <string_view>
 #include <unordered_map>
+#include <vector>
 
 #include "core/error.h"
 #include "core/format.h"
@@ -101,6 +103,114 @@ std::optional<uint64_t> varint_field(std::string_view bytes, uint32_t outer, uin
   return std::nullopt;
 }
 
+// The payloads of every length-delimited field `field` of the message
+// `bytes`, in order; nullopt when the message is malformed.
+std::optional<std::vector<std::string_view>> message_fields(std::string_view bytes,
+                                                            uint32_t field) {
+  std::vector<std::string_view> found;
+  size_t at = 0;
+  while (at < bytes.size()) {
+    uint64_t key = 0, value = 0;
+    if (!read_varint(bytes, at, key)) return std::nullopt;
+    switch (key & 7) {
+      case 0:
+        if (!read_varint(bytes, at, value)) return std::nullopt;
+        break;
+      case 1:
+        at += 8;
+        break;
+      case 5:
+        at += 4;
+        break;
+      case 2:
+        if (!read_varint(bytes, at, value) || value > bytes.size() - at) return std::nullopt;
+        if ((key >> 3) == field) found.push_back(bytes.substr(at, value));
+        at += value;
+        break;
+      default:
+        return std::nullopt;
+    }
+  }
+  if (at > bytes.size()) return std::nullopt;  // a fixed-width field ran past the end
+  return found;
+}
+
+// What is wrong with a NormalizerSpec's precompiled_charsmap, "" if nothing.
+// SentencePiece's normalizer reads it as a little-endian uint32 trie size,
+// a darts-clone double array of that many bytes, then NUL-ended replacement
+// strings, and walks the array with no bounds checks: a damaged map made it
+// read far outside the buffer (a segfault). So every node reachable from the
+// root must keep its 256 child slots inside the array, and every rule it
+// reaches must name a string that ends inside the blob. Maps too short to
+// hold a trie are left to the library, which refuses them itself.
+std::string charsmap_problem(std::string_view blob) {
+  if (blob.size() <= 4) return "";
+  uint32_t trie_bytes = 0;
+  for (int i = 3; i >= 0; --i) trie_bytes = trie_bytes << 8 | static_cast<uint8_t>(blob[i]);
+  if (trie_bytes >= blob.size()) return "";
+  if (trie_bytes > blob.size() - 4) return "its trie runs past the end of the map";
+  const std::string_view trie = blob.substr(4, trie_bytes);
+  const std::string_view strings = blob.substr(4 + trie_bytes);
+  const size_t units = trie.size() / 4;
+  if (units == 0) return "its trie is empty";
+  auto unit = [&](size_t i) {
+    uint32_t u = 0;
+    for (int b = 3; b >= 0; --b) u = u << 8 | static_cast<uint8_t>(trie[4 * i + b]);
+    return u;
+  };
+  // darts-clone's unit layout: the offset to the children, the label a child
+  // is reached by (bit 31 set: no label), a flag for a value at the child
+  // base, and (there) the value itself.
+  auto offset = [](uint32_t u) { return (u >> 10) << ((u & (1u << 9)) >> 6); };
+  auto label = [](uint32_t u) { return u & ((1u << 31) | 0xFFu); };
+  std::vector<bool> seen(units, false);
+  std::vector<size_t> todo = {0};
+  seen[0] = true;
+  while (!todo.empty()) {
+    const size_t node = todo.back();
+    todo.pop_back();
+    const size_t base = node ^ offset(unit(node));
+    if ((base | 0xFF) >= units) return "its trie points outside itself";
+    for (uint32_t c = 0; c < 256; ++c) {
+      const size_t child = base ^ c;
+      const uint32_t u = unit(child);
+      if (label(u) != c) continue;
+      const size_t child_base = child ^ offset(u);
+      if (child_base >= units) return "its trie points outside itself";
+      if ((u >> 8) & 1) {  // a rule ends here: its string starts at the value
+        const uint32_t value = unit(child_base) & ((1u << 31) - 1);
+        if (value >= strings.size() || strings.find('\0', value) == std::string_view::npos)
+          return "a rule's replacement lies outside the map";
+      }
+      if (!seen[child]) {
+        seen[child] = true;
+        todo.push_back(child);
+      }
+    }
+  }
+  return "";
+}
+
+// The first damaged normalizer map of a ModelProto: normalizer_spec (field
+// 3) and denormalizer_spec (field 5), each a NormalizerSpec whose
+// precompiled_charsmap is field 2. "" when none is damaged.
+std::string damaged_normalizer(std::string_view model_proto) {
+  for (const uint32_t spec_field : {3u, 5u}) {
+    const auto specs = message_fields(model_proto, spec_field);
+    if (!specs) return "";  // malformed: the library's parse says so
+    for (const std::string_view spec : *specs) {
+      const auto maps = message_fields(spec, 2);
+      if (!maps) return "";
+      for (const std::string_view map : *maps) {
+        if (std::string problem = charsmap_problem(map); !problem.empty())
+          return (spec_field == 3 ? "its normalizer's" : "its denormalizer's") +
+                 std::string(" precompiled character map is damaged: ") + problem;
+      }
+    }
+  }
+  return "";
+}
+
 // A BPE model: ModelProto.trainer_spec (field 2) .model_type (field 3),
 // whose enum has UNIGRAM = 1 (the default when absent) and BPE = 2.
 bool is_bpe_model(std::string_view model_proto) {
@@ -118,6 +228,9 @@ SentencePieceTokenizer::SentencePieceTokenizer(const std::string& path, const st
   } catch (const InputError& e) {
     throw InputError(key + " = \"" + path + "\": " + e.what());
   }
+  if (const std::string problem = damaged_normalizer(bytes); !problem.empty())
+    throw InputError(key + " = \"" + path + "\": not a usable SentencePiece .model file (" +
+                     problem + ")");
   const auto status = processor_->LoadFromSerializedProto(bytes);
   if (!status.ok()) {
     const std::string why = message_of(status);

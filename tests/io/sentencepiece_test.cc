@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -159,6 +161,36 @@ TEST_F(SentencePieceTest, BadFilesAndOptions) {
   e = error_of([&] { train_sentencepiece(o); });
   EXPECT_NE(e.find("none.txt"), std::string::npos) << e;
   EXPECT_FALSE(fs::exists(o.output));
+}
+
+// The model's normalizer map with its trie overwritten (0xFF bytes, its
+// size word kept): libsentencepiece walked it out of bounds (a segfault);
+// it is refused, naming the map, and the intact model still loads.
+TEST_F(SentencePieceTest, DamagedNormalizerMapIsRefused) {
+  std::ifstream in(model_path(), std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // NormalizerSpec: name (field 1) "nmt_nfkc", then precompiled_charsmap
+  // (field 2: tag 0x12, a varint length), whose first 4 bytes size the trie.
+  size_t at = bytes.find("nmt_nfkc");
+  ASSERT_NE(at, std::string::npos);
+  at += 8;
+  ASSERT_EQ(static_cast<uint8_t>(bytes[at++]), 0x12);
+  while (static_cast<uint8_t>(bytes[at++]) & 0x80) {
+  }
+  uint32_t trie = 0;
+  for (int i = 3; i >= 0; --i) trie = trie << 8 | static_cast<uint8_t>(bytes[at + i]);
+  ASSERT_GT(trie, 0u);
+  ASSERT_LT(at + 4 + trie, bytes.size());
+  std::string damaged = bytes;
+  std::fill(damaged.begin() + static_cast<std::ptrdiff_t>(at + 4),
+            damaged.begin() + static_cast<std::ptrdiff_t>(at + 4 + trie), '\xff');
+  const std::string path = (dir_ / "damaged.model").string();
+  std::ofstream(path, std::ios::binary) << damaged;
+  const std::string e = error_of([&] { SentencePieceTokenizer(path, "model.tokenizer_path"); });
+  EXPECT_NE(e.find("precompiled character map is damaged"), std::string::npos) << e;
+  EXPECT_NE(e.find("damaged.model"), std::string::npos) << e;
+  SentencePieceTokenizer intact(model_path(), "k");
+  EXPECT_GT(intact.vocab_size(), 0);
 }
 
 // --output naming the --input (however spelled) would replace the text the
