@@ -3,6 +3,7 @@
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 
+#include <cstdint>
 #include <limits>
 #include <optional>
 #include <sstream>
@@ -29,12 +30,41 @@ class LineIterator final : public sentencepiece::SentenceIterator {
  public:
   explicit LineIterator(const std::string& text) : lines_(text) { Next(); }
   bool done() const override { return done_; }
-  void Next() override { done_ = !std::getline(lines_, line_); }
+  void Next() override {
+    if (rest_.empty()) {
+      done_ = !std::getline(lines_, whole_);
+      if (done_) return;
+      rest_ = whole_;
+    }
+    if (rest_.size() <= kMaxSentenceBytes) {
+      line_ = std::string(rest_);
+      rest_ = {};
+      return;
+    }
+    // A longer line goes in pieces: the trainer skips a line over its
+    // max_sentence_length whole, with only a warning (a text of long
+    // paragraphs trained on nothing). Cut at the last space before the
+    // limit, dropped; else at a UTF-8 character boundary.
+    size_t cut = rest_.rfind(' ', kMaxSentenceBytes);
+    size_t skip = 1;
+    if (cut == std::string_view::npos || cut == 0) {
+      cut = kMaxSentenceBytes;
+      while (cut > 1 && (static_cast<uint8_t>(rest_[cut]) & 0xC0) == 0x80) --cut;
+      skip = 0;
+    }
+    line_ = std::string(rest_.substr(0, cut));
+    rest_ = rest_.substr(cut + skip);
+  }
   const std::string& value() const override { return line_; }
   sentencepiece::util::Status status() const override { return {}; }
 
+  // SentencePiece's default max_sentence_length, passed to it explicitly.
+  static constexpr size_t kMaxSentenceBytes = 4192;
+
  private:
   std::istringstream lines_;
+  std::string whole_;      // the text's current line
+  std::string_view rest_;  // what of it is still to come
   std::string line_;
   bool done_ = false;
 };
@@ -366,6 +396,7 @@ void train_sentencepiece(const SentencePieceTrainOptions& options) {
       {"vocab_size", std::to_string(options.vocab_size)},
       {"model_type", options.model_type},
       {"minloglevel", "1"},  // warnings only: no per-iteration progress lines
+      {"max_sentence_length", std::to_string(LineIterator::kMaxSentenceBytes)},
   };
   LineIterator lines(text);
   std::string model;

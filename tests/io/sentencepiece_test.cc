@@ -163,6 +163,27 @@ TEST_F(SentencePieceTest, BadFilesAndOptions) {
   EXPECT_FALSE(fs::exists(o.output));
 }
 
+// Lines over SentencePiece's max_sentence_length (4192 bytes) are cut, not
+// skipped: a text of three 160 KB paragraphs trained on nothing before
+// ("refused without a reason"); now it trains, and so does one unbroken
+// word (cut at UTF-8 character boundaries).
+TEST_F(SentencePieceTest, LongLinesTrainInPieces) {
+  std::ofstream text(dir_ / "long.txt");
+  for (int line = 0; line < 3; ++line) {
+    for (int w = 0; w < 20000; ++w) text << "word" << (w * 7 + line) % 97 << (w % 5 ? " " : "é ");
+    text << "\n";
+  }
+  text << std::string(10000, 'x') << "\u00e9" << std::string(10000, 'y') << "\n";
+  text.close();
+  SentencePieceTrainOptions o;
+  o.input = (dir_ / "long.txt").string();
+  o.vocab_size = 120;
+  o.output = (dir_ / "long.model").string();
+  train_sentencepiece(o);
+  SentencePieceTokenizer tok(o.output, "k");
+  EXPECT_EQ(tok.vocab_size(), 120);
+}
+
 // The model's normalizer map with its trie overwritten (0xFF bytes, its
 // size word kept): libsentencepiece walked it out of bounds (a segfault);
 // it is refused, naming the map, and the intact model still loads.
