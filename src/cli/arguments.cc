@@ -1,5 +1,8 @@
 #include "cli/arguments.h"
 
+#include <algorithm>
+#include <string>
+
 #include "core/error.h"
 
 namespace remat {
@@ -77,10 +80,19 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
     return c;
   }
   const std::vector<std::string> rest(args.begin() + 1, args.end());
+  // A value written after a flag that takes none ("--ids true") would read
+  // as a stray word; named here instead.
+  auto no_value_after = [&](const std::string& flag) {
+    const auto it = std::find(rest.begin(), rest.end(), flag);
+    if (it != rest.end() && it + 1 != rest.end() && (it + 1)->rfind("--", 0) != 0)
+      throw InputError(flag + " takes no value (given, it is on), but '" + *(it + 1) +
+                       "' follows it; expected " + flag + " alone");
+  };
   if (c.command == "train" || c.command == "eval") {
     split_arguments(rest, {}, c);
   } else if (c.command == "plan") {
     // Flags without values: pulled out before the config overrides.
+    for (const char* flag : {"--json", "--mm", "--torchtitan", "--explain"}) no_value_after(flag);
     std::vector<std::string> others;
     for (const std::string& arg : rest) {
       if (arg == "--json") {
@@ -106,6 +118,7 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
     if (!c.extra.count("tokens") || !c.extra.count("out"))
       throw InputError("grads needs --tokens FILE.npy and --out FILE.safetensors");
   } else if (c.command == "generate") {
+    no_value_after("--ids");
     std::vector<std::string> others;
     for (const std::string& arg : rest) {
       if (arg == "--ids") {

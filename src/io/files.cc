@@ -229,7 +229,10 @@ AtomicFile::AtomicFile(const std::string& path, const std::string& key, bool mak
     const int error = errno;
     // Named by the file the user asked for; the temporary only as the
     // detail, since it is what the system refused.
-    if (error == ENOENT)
+    // ENOENT also comes from folders that take no new files (/proc/self/fd):
+    // the folder is said to be missing only where it is.
+    std::error_code ec;
+    if (error == ENOENT && !fs::is_directory(parent_of(path_), ec))
       throw InputError(key_ + ": cannot create " + in_quotes(path_) + ": its folder " +
                        in_quotes(parent_of(path_)) +
                        " does not exist; expected a path in an existing folder");

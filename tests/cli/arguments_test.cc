@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+#include <vector>
+
 #include "core/error.h"
 
 namespace remat {
@@ -27,6 +30,26 @@ TEST(CommandLine, PlanFlagsAnywhere) {
   EXPECT_TRUE(c.json && c.matmuls && c.torchtitan);
   EXPECT_EQ(c.extra.at("pareto"), "f.svg");
   EXPECT_TRUE(c.overrides.empty());
+}
+
+// A value after a flag that takes none is named, not read as a stray
+// override ("bad override 'true'").
+TEST(CommandLine, FlagsWithoutValuesRefuseOne) {
+  auto message = [](const std::vector<std::string>& args) {
+    try {
+      parse_command_line(args);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_NE(message({"generate", "--config", "a", "--ids", "true", "--prompt", "x"})
+                .find("--ids takes no value (given, it is on), but 'true' follows it"),
+            std::string::npos);
+  EXPECT_NE(message({"plan", "--config", "a", "--json", "1"}).find("--json takes no value"),
+            std::string::npos);
+  EXPECT_EQ(message({"generate", "--ids", "--config", "a", "--prompt", "x"}), "accepted");
+  EXPECT_EQ(message({"plan", "--json", "--mm", "--config", "a"}), "accepted");
 }
 
 TEST(CommandLine, PlanTimelineAndItsComparison) {
