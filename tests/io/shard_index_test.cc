@@ -28,6 +28,16 @@ ShardIndex example() {
   return index;
 }
 
+// What parsing `text` as an index says: its InputError, or "accepted".
+std::string parse_error_of(const std::string& text) {
+  try {
+    ShardIndex::parse(text, "index.json");
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "accepted";
+}
+
 TEST(ShardIndex, RoundTrips) {
   const std::string text = example().to_json();
   const ShardIndex back = ShardIndex::parse(text, "index.json");
@@ -76,43 +86,28 @@ TEST(ShardIndex, RejectsAnIndexThatContradictsItself) {
 }
 
 TEST(ShardIndex, RejectsOtherFilesAndVersions) {
-  auto message = [](const std::string& text) {
-    try {
-      ShardIndex::parse(text, "index.json");
-    } catch (const InputError& e) {
-      return std::string(e.what());
-    }
-    return std::string("accepted");
-  };
-  EXPECT_NE(message("not json").find("is not a JSON object"), std::string::npos);
+  EXPECT_NE(parse_error_of("not json").find("is not a JSON object"), std::string::npos);
   std::string text = example().to_json();
-  EXPECT_NE(message(text.replace(text.find("\"version\":1"), 11, "\"version\":2")).find("version"),
-            std::string::npos);
-  EXPECT_NE(message("{\"format\": \"remat\"}").find("expected \"remat-sharded-checkpoint\""),
+  EXPECT_NE(
+      parse_error_of(text.replace(text.find("\"version\":1"), 11, "\"version\":2")).find("version"),
+      std::string::npos);
+  EXPECT_NE(parse_error_of("{\"format\": \"remat\"}").find("expected \"remat-sharded-checkpoint\""),
             std::string::npos);
 }
 
 // A deep index is refused before parsing (printing its format back once
 // overflowed the stack), at exactly the documented depth.
 TEST(ShardIndex, RejectsJsonNestedTooDeep) {
-  auto message = [](const std::string& text) {
-    try {
-      ShardIndex::parse(text, "index.json");
-    } catch (const InputError& e) {
-      return std::string(e.what());
-    }
-    return std::string("accepted");
-  };
   const auto nested = [](int depth) {
     return "{\"format\": " + std::string(depth - 1, '[') + std::string(depth - 1, ']') + "}";
   };
-  EXPECT_NE(message(nested(200000)).find("nested more than 512 deep"), std::string::npos);
-  EXPECT_NE(message(nested(kMaxJsonDepth + 1)).find("nested more than 512 deep"),
+  EXPECT_NE(parse_error_of(nested(200000)).find("nested more than 512 deep"), std::string::npos);
+  EXPECT_NE(parse_error_of(nested(kMaxJsonDepth + 1)).find("nested more than 512 deep"),
             std::string::npos);
   // At the limit it parses, and the format is quoted by its size.
-  EXPECT_NE(message(nested(kMaxJsonDepth)).find("has format an array of 1 elements"),
+  EXPECT_NE(parse_error_of(nested(kMaxJsonDepth)).find("has format an array of 1 elements"),
             std::string::npos)
-      << message(nested(kMaxJsonDepth));
+      << parse_error_of(nested(kMaxJsonDepth));
 }
 
 // Brackets inside strings (escaped quotes included) are not nesting.
