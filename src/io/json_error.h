@@ -56,12 +56,18 @@ inline std::string json_depth_text() {
          " deep (expected the shallow JSON of this file type)";
 }
 
-// A JSON value as an error message quotes it: a number, string or literal
-// as JSON (at most 80 characters of it), an array or object by its size,
-// so that a message never prints a whole (huge) structure.
+// A JSON value as an error message quotes it: as JSON (at most 80
+// characters of it) where it is a number, string or literal, or a short
+// flat array or object (a shape, offsets); any other array or object by its
+// size, so that a message never prints a whole (huge, or deep) structure.
 inline std::string json_excerpt(const nlohmann::json& value) {
-  if (value.is_array()) return "an array of " + std::to_string(value.size()) + " elements";
-  if (value.is_object()) return "an object of " + std::to_string(value.size()) + " keys";
+  if (value.is_structured()) {
+    bool flat = value.size() <= 8;
+    for (const auto& element : value) flat = flat && element.is_primitive();
+    if (!flat && value.is_array())
+      return "an array of " + std::to_string(value.size()) + " elements";
+    if (!flat) return "an object of " + std::to_string(value.size()) + " keys";
+  }
   std::string text = value.dump();
   if (text.size() > 80) text = text.substr(0, 77) + "...";
   return text;

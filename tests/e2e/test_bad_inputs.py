@@ -403,10 +403,10 @@ def cases():
         Case("dataset .jsonl line nested 200,000 deep", ["--training.dataset_path", "deep.jsonl"],
              ["deep.jsonl", "line 2", "nested more than 512 deep"],
              files={"deep.jsonl": '{"text": "fine"}\n{"text": "x", "meta": ' + DEEP + '}\n'}),
-        Case("tokenizer.json whose vocab id is an array (quoted by its size, not printed)",
+        Case("tokenizer.json whose vocab id is a nested array (quoted by its size)",
              ["--model.tokenizer_path", "arr.json"],
              ["arr.json", "an array of 3 elements", "expected an integer id"],
-             files={"arr.json": '{"model": {"type": "BPE", "vocab": {"a": [1, 2, 3]}, '
+             files={"arr.json": '{"model": {"type": "BPE", "vocab": {"a": [1, [2], 3]}, '
                                 '"merges": []}}'}),
         Case("model.tokenizer_path missing", ["--model.tokenizer_path", "x/tok.model"],
              ['model.tokenizer_path = "x/tok.model"', "no such file",

@@ -104,7 +104,7 @@ TEST(ShardIndex, RejectsJsonNestedTooDeep) {
   EXPECT_NE(parse_error_of(nested(200000)).find("nested more than 512 deep"), std::string::npos);
   EXPECT_NE(parse_error_of(nested(kMaxJsonDepth + 1)).find("nested more than 512 deep"),
             std::string::npos);
-  // At the limit it parses, and the format is quoted by its size.
+  // At the limit it parses, and the (nested) format is quoted by its size.
   EXPECT_NE(parse_error_of(nested(kMaxJsonDepth)).find("has format an array of 1 elements"),
             std::string::npos)
       << parse_error_of(nested(kMaxJsonDepth));
@@ -116,7 +116,10 @@ TEST(JsonDepth, CountsOnlyStructure) {
   EXPECT_FALSE(json_too_deep(R"({"a": "\"[[[", "b": [[1]]})"));
   EXPECT_TRUE(json_too_deep(std::string(kMaxJsonDepth + 1, '{')));
   EXPECT_FALSE(json_too_deep(std::string(kMaxJsonDepth, '{')));
-  EXPECT_EQ(json_excerpt(nlohmann::json::parse("[1, 2]")), "an array of 2 elements");
+  EXPECT_EQ(json_excerpt(nlohmann::json::parse("[1, -2]")), "[1,-2]");  // a shape, say
+  EXPECT_EQ(json_excerpt(nlohmann::json::parse("[1, [2]]")), "an array of 2 elements");
+  EXPECT_EQ(json_excerpt(nlohmann::json::parse("{\"a\": {}}")), "an object of 1 keys");
+  EXPECT_EQ(json_excerpt(nlohmann::json::parse("[1,2,3,4,5,6,7,8,9]")), "an array of 9 elements");
   EXPECT_EQ(json_excerpt(nlohmann::json(std::string(200, 'x'))).size(), 80u);
 }
 
