@@ -120,21 +120,27 @@ int dispatch(int argc, char** argv, Communicator& comm) {
   resolve_tokenizer(config);
   if (c.command == "train" && config.checkpoint.enable && config.checkpoint.load.empty() &&
       !config.checkpoint.create_seed_checkpoint) {
-    config.checkpoint.load = latest_checkpoint(config);
-    if (!config.checkpoint.load.empty()) {
+    const FoundCheckpoint latest = latest_checkpoint(config);
+    config.checkpoint.load = latest.path;
+    config.checkpoint.load_found_in_folder = !latest.path.empty();
+    if (config.checkpoint.load_found_in_folder) {
       std::fprintf(notes,
                    "resuming from %s, the latest checkpoint in checkpoint.folder (as torchtitan "
                    "does; checkpoint.load names another, a new job.dump_folder starts afresh)\n",
-                   config.checkpoint.load.c_str());
+                   latest.path.c_str());
+      int64_t recorded = 0;
       try {
-        read_checkpoint_info(config.checkpoint.load);
+        recorded = read_checkpoint_info(latest.path).step;
       } catch (const InputError& e) {
-        throw InputError(std::string(e.what()) +
-                         "; it is the latest checkpoint in checkpoint.folder, which a run with "
-                         "checkpointing on resumes from (expected a checkpoint of this run: move "
-                         "it away, name another with checkpoint.load, or start afresh in a new "
-                         "job.dump_folder)");
+        throw resume_error(config, e);
       }
+      // Its saves would take the names of the steps after the one it
+      // records, and replace the files there: a renamed file is not resumed.
+      if (recorded != latest.step)
+        throw resume_error(
+            config, InputError("checkpoint error: '" + latest.path + "' records step " +
+                               std::to_string(recorded) + ", not the " +
+                               std::to_string(latest.step) + " of its name (a renamed file?)"));
     }
   }
   note_job_inputs(config);  // before planning, which may write a cost cache

@@ -126,6 +126,10 @@ struct JobConfig {
     // writes its shard into the folder step-N/ (train/sharded_checkpoint.h);
     // "auto": sharded when the training state is (data_parallel_shard_degree > 1).
     std::string format = "auto";
+    // Not a key: set where `load` was not given but found, the latest
+    // checkpoint in the folder (train resumes from it), so that a load
+    // error can say why that file was read.
+    bool load_found_in_folder = false;
   } checkpoint;
   struct Validation {
     bool enabled = false;

@@ -313,15 +313,19 @@ int64_t initialize_state(const JobConfig& config, Session& session, bool with_op
   if (with_optimizer) state.ensure_optimizer_state();
   if (config.checkpoint.load.empty()) return 0;
   LoadedCheckpoint loaded;
-  if (session.sharded) {
-    // The whole file is read on every rank, outside the run's books.
-    Allocator file_books;
-    ModelState full(*state.program, file_books, /*with_gradients=*/false);
-    full.ensure_optimizer_state();
-    loaded = load_checkpoint(config.checkpoint.load, full, /*with_optimizer=*/true);
-    session.sharded->load_full(full);
-  } else {
-    loaded = load_checkpoint(config.checkpoint.load, state, /*with_optimizer=*/true);
+  try {
+    if (session.sharded) {
+      // The whole file is read on every rank, outside the run's books.
+      Allocator file_books;
+      ModelState full(*state.program, file_books, /*with_gradients=*/false);
+      full.ensure_optimizer_state();
+      loaded = load_checkpoint(config.checkpoint.load, full, /*with_optimizer=*/true);
+      session.sharded->load_full(full);
+    } else {
+      loaded = load_checkpoint(config.checkpoint.load, state, /*with_optimizer=*/true);
+    }
+  } catch (const InputError& e) {
+    throw resume_error(config, e);
   }
   const auto step = static_cast<long long>(loaded.step);
   std::printf("loaded %s (step %lld)\n", config.checkpoint.load.c_str(), step);
@@ -1007,11 +1011,11 @@ void print_validation(const JobConfig& config, const Setup& setup, const Validat
 
 }  // namespace
 
-std::string latest_checkpoint(const JobConfig& config) {
+FoundCheckpoint latest_checkpoint(const JobConfig& config) {
   namespace fs = std::filesystem;
   std::error_code ec;
   fs::directory_iterator entries(checkpoint_folder(config), ec);
-  if (ec) return "";
+  if (ec) return {};
   const bool sharded = sharded_checkpoints(config);
   int64_t best = -1;
   std::string found;
@@ -1032,7 +1036,16 @@ std::string latest_checkpoint(const JobConfig& config) {
       }
     }
   }
-  return found;
+  return {found, best};
+}
+
+InputError resume_error(const JobConfig& config, const InputError& e) {
+  if (!config.checkpoint.load_found_in_folder) return e;
+  return InputError(std::string(e.what()) +
+                    "; it is the latest checkpoint in checkpoint.folder, which a run with "
+                    "checkpointing on resumes from (expected a checkpoint of this run: move it "
+                    "away, name another with checkpoint.load, or start afresh in a new "
+                    "job.dump_folder)");
 }
 
 int run_train(const JobConfig& config, Communicator& comm) {
