@@ -57,8 +57,9 @@ ShardIndex::Param parse_param(const json& j, const std::string& where, const std
       bad(path, where + " (" + p.fqn + ") has dimension " + json_excerpt(d) +
                     ", expected an integer >= 0");
     p.shape.push_back(d.get<int64_t>());
-    numel = p.shape.back() == 0 ? 0 : numel * p.shape.back();
-    if (numel > kMaxElements) bad(path, where + " (" + p.fqn + ") has too many elements");
+    // Checked as it is multiplied: two dimensions of 2^32 wrapped to 0.
+    if (__builtin_mul_overflow(numel, p.shape.back(), &numel) || numel > kMaxElements)
+      bad(path, where + " (" + p.fqn + ") has too many elements");
   }
   p.offset = integer(j, "offset", 0, kMaxElements, where, path);
   p.id = integer(j, "id", 0, kMaxElements, where, path);

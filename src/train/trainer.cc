@@ -1,8 +1,12 @@
 #include "train/trainer.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
+#include <cerrno>
 #include <charconv>
 #include <chrono>
 #include <cmath>
@@ -14,6 +18,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ac/report.h"
@@ -88,7 +93,9 @@ std::string checkpoint_path(const JobConfig& config, int64_t step, bool sharded)
 // step-N.safetensors, the sharded step folder step-N, or their temporaries
 // (step-N.safetensors.tmp, step-N.<tag>.tmp); nullopt for any other name.
 std::optional<int64_t> checkpoint_step_of(const std::string& name) {
-  if (name.rfind("step-", 0) != 0) return std::nullopt;
+  // Digits only: from_chars would take "step--1" as step -1.
+  if (name.rfind("step-", 0) != 0 || name.size() == 5 || !std::isdigit(name[5]))
+    return std::nullopt;
   const char* const digits = name.data() + 5;
   const char* const last = name.data() + name.size();
   int64_t step = 0;
@@ -108,6 +115,61 @@ bool checkpoint_name_in(const std::string& path, const std::string& folder) {
   return checkpoint_step_of(p.filename().string()).has_value();
 }
 
+// One run at a time per checkpoint folder: a second would resume from the
+// same checkpoint, then each would replace the other's saves, and its
+// start-up would remove the first one's temporaries in flight. An flock on
+// the folder itself (no file is added to it), held until the process ends,
+// and past that by a checkpoint snapshot it forked (which holds the same
+// open file). A file system without flock goes unlocked.
+class CheckpointFolderLock {
+ public:
+  explicit CheckpointFolderLock(const std::string& folder) {
+    fd_ = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd_ < 0 || ::flock(fd_, LOCK_EX | LOCK_NB) == 0) return;
+    const int error = errno;
+    ::close(fd_);
+    fd_ = -1;
+    if (error == EWOULDBLOCK)
+      throw InputError("checkpoint.folder: '" + folder +
+                       "' is in use by another remat run (or a checkpoint snapshot one left "
+                       "writing); expected one run per checkpoint folder: wait for it to end, "
+                       "or give this run another job.dump_folder");
+  }
+  ~CheckpointFolderLock() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  CheckpointFolderLock(const CheckpointFolderLock&) = delete;
+  CheckpointFolderLock& operator=(const CheckpointFolderLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
+// The checkpoint folder as it can be listed now: its configured path, or,
+// where that does not resolve yet (".." in checkpoint.folder under a
+// job.dump_folder still to be created), the existing folder it will name.
+// nullopt when there is none yet. A folder that exists but cannot be listed
+// is an InputError: read as empty, a run would train afresh and replace the
+// checkpoints in it.
+std::optional<std::string> listable_checkpoint_folder(const JobConfig& config) {
+  namespace fs = std::filesystem;
+  std::string folder = checkpoint_folder(config);
+  std::error_code ec;
+  if (!fs::exists(folder, ec)) {
+    const fs::path resolved = fs::weakly_canonical(folder, ec);
+    if (ec || !fs::exists(resolved, ec)) return std::nullopt;
+    folder = resolved.string();
+  }
+  if (!fs::is_directory(folder, ec)) return std::nullopt;  // refused by the output checks
+  fs::directory_iterator listing(folder, ec);
+  if (ec)
+    throw InputError("checkpoint.folder: cannot list '" + folder + "' (" + ec.message() +
+                     "); expected a folder this run can read (with checkpointing on a run "
+                     "resumes from the latest checkpoint in it, and checks the names its saves "
+                     "take)");
+  return folder;
+}
+
 // The names every save of this run takes, step-N for N in (start_step,
 // steps]: an entry already at one of them that a save could not replace (a
 // folder where a file goes, a symbolic link, a checkpoint this run reads, a
@@ -117,10 +179,10 @@ bool checkpoint_name_in(const std::string& path, const std::string& folder) {
 void check_checkpoint_targets(const JobConfig& config, int64_t start_step) {
   namespace fs = std::filesystem;
   const bool sharded = sharded_checkpoints(config);
+  const std::optional<std::string> folder = listable_checkpoint_folder(config);
+  if (!folder) return;  // no folder yet: nothing in the way
   std::error_code ec;
-  fs::directory_iterator entries(checkpoint_folder(config), ec);
-  if (ec) return;  // no folder yet: nothing in the way
-  for (const fs::directory_entry& entry : entries) {
+  for (const fs::directory_entry& entry : fs::directory_iterator(*folder, ec)) {
     const std::optional<int64_t> step = checkpoint_step_of(entry.path().filename().string());
     if (!step || *step <= start_step || *step > config.training.steps) continue;
     const std::string target = checkpoint_path(config, *step, sharded);
@@ -158,27 +220,54 @@ void check_output_places(const JobConfig& config, bool writes_checkpoints) {
   }
 }
 
+// Whether `s` is a decimal number as remat writes one: digits only.
+bool all_digits(std::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return std::isdigit(c); });
+}
+
+// Whether `name`, in a sharded step folder, is a temporary a save writes
+// there: shard-R-of-S.safetensors or index.json, then ".tmp", or a
+// snapshot's ".snapshot-PID.tmp" (train/stop_snapshot.h).
+bool step_folder_temporary(std::string_view name) {
+  if (!name.ends_with(".tmp")) return false;
+  name.remove_suffix(4);
+  if (const size_t dot = name.rfind(".snapshot-");
+      dot != std::string_view::npos && all_digits(name.substr(dot + 10)))
+    name = name.substr(0, dot);
+  if (name == kShardIndexName) return true;
+  constexpr std::string_view kPrefix = "shard-", kSuffix = ".safetensors";
+  if (!name.starts_with(kPrefix) || !name.ends_with(kSuffix)) return false;
+  name = name.substr(kPrefix.size(), name.size() - kPrefix.size() - kSuffix.size());
+  const size_t of = name.find("-of-");
+  return of != std::string_view::npos && all_digits(name.substr(0, of)) &&
+         all_digits(name.substr(of + 4));
+}
+
 // A save killed before its rename leaves "step-N.safetensors.tmp" (as large
 // as a checkpoint), or in a sharded step folder "shard-R-of-N.safetensors.tmp"
 // and "index.json.tmp" (a snapshot's: "<name>.snapshot-PID.tmp"); the next
-// run removes them. A step folder without
-// its index is an incomplete sharded save: it is named, not removed (its
-// shard files may be another rank's only copy).
+// run removes them. Only those exact names are removed, and only in real
+// folders: a link named like a step folder is not followed, and another
+// file, however named, is the user's. A step folder without its index is an
+// incomplete sharded save: it is named, not removed (its shard files may be
+// another rank's only copy).
 void remove_stale_checkpoint_temporaries(const std::string& folder, bool top = true) {
   namespace fs = std::filesystem;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(folder, ec)) {
     const std::string name = entry.path().filename().string();
     const std::string target = entry.path().string();
-    if (top && name.starts_with("step-") && entry.is_directory(ec)) {
+    const std::optional<int64_t> step = top ? checkpoint_step_of(name) : std::nullopt;
+    if (step && name == "step-" + std::to_string(*step)) {
+      if (!entry.is_directory(ec) || entry.is_symlink(ec)) continue;
       remove_stale_checkpoint_temporaries(target, false);
       if (!fs::exists(entry.path() / kShardIndexName, ec))
         std::printf("note: %s has no %s: an incomplete sharded checkpoint, not loadable\n",
                     target.c_str(), kShardIndexName);
       continue;
     }
-    const bool stale = top ? name.starts_with("step-") && name.ends_with(".safetensors.tmp")
-                           : name.ends_with(".tmp");
+    const bool stale = top ? step && name == "step-" + std::to_string(*step) + ".safetensors.tmp"
+                           : step_folder_temporary(name);
     if (stale && remove_stale_temporary(target.substr(0, target.size() - 4)))
       std::printf("removed %s, left by an interrupted save\n", target.c_str());
   }
@@ -1013,26 +1102,26 @@ void print_validation(const JobConfig& config, const Setup& setup, const Validat
 
 FoundCheckpoint latest_checkpoint(const JobConfig& config) {
   namespace fs = std::filesystem;
-  std::error_code ec;
-  fs::directory_iterator entries(checkpoint_folder(config), ec);
-  if (ec) return {};
+  const std::optional<std::string> folder = listable_checkpoint_folder(config);
+  if (!folder) return {};
   const bool sharded = sharded_checkpoints(config);
   int64_t best = -1;
   std::string found;
-  for (const fs::directory_entry& entry : entries) {
-    const std::optional<int64_t> step = checkpoint_step_of(entry.path().filename().string());
+  std::error_code ec;
+  for (const fs::directory_entry& entry : fs::directory_iterator(*folder, ec)) {
+    const std::string name = entry.path().filename().string();
+    const std::optional<int64_t> step = checkpoint_step_of(name);
     if (!step || *step < best) continue;
     // Complete checkpoints only, by their exact names: a file's temporary
     // or a step folder whose index was never written is not one.
-    for (const bool folder : {false, true}) {
-      const std::string path = checkpoint_path(config, *step, folder);
-      if (entry.path().string() != path) continue;
-      const bool complete = folder ? fs::is_regular_file(fs::path(path) / kShardIndexName, ec)
-                                   : fs::is_regular_file(path, ec);
+    for (const bool step_folder : {false, true}) {
+      if (name != "step-" + std::to_string(*step) + (step_folder ? "" : ".safetensors")) continue;
+      const bool complete = step_folder ? fs::is_regular_file(entry.path() / kShardIndexName, ec)
+                                        : fs::is_regular_file(entry.path(), ec);
       // Where one step has both forms, the run's own format wins.
-      if (complete && (*step > best || folder == sharded)) {
+      if (complete && (*step > best || step_folder == sharded)) {
         best = *step;
-        found = path;
+        found = entry.path().string();
       }
     }
   }
@@ -1076,8 +1165,10 @@ int run_train(const JobConfig& config, Communicator& comm) {
   std::optional<ValidationPlan> validation_plan;
   if (validates) validation_plan = plan_validation(config);
   const int threads = configure_threads(config);
+  std::optional<CheckpointFolderLock> folder_lock;
   if (writes_checkpoints && leads) {
     create_folders(checkpoint_folder(config), "checkpoint.folder");
+    folder_lock.emplace(checkpoint_folder(config));
     remove_stale_checkpoint_temporaries(checkpoint_folder(config));
   }
 

@@ -178,12 +178,32 @@ def test_nan_stops_the_run():
 def test_stale_temporary_is_removed_and_checksums_stored():
     with tempfile.TemporaryDirectory(prefix="remat-fail-") as tmp:
         tmp = Path(tmp)
-        stale = tmp / "out" / "checkpoint" / "step-7.safetensors.tmp"
+        folder = tmp / "out" / "checkpoint"
+        stale = folder / "step-7.safetensors.tmp"
         stale.parent.mkdir(parents=True)
         stale.write_bytes(b"\0" * 100000)
+        (folder / "step-9").mkdir()
+        stale_shards = [folder / "step-9" / n for n in (
+            "shard-0-of-2.safetensors.tmp", "index.json.tmp",
+            "shard-1-of-2.safetensors.snapshot-123.tmp")]
+        # Files a save never writes, however named, are the user's: kept.
+        outside = tmp / "outside"
+        outside.mkdir()
+        (folder / "step-ext").symlink_to(outside)
+        (folder / "step-9x").mkdir()
+        kept = [folder / "step-best.safetensors.tmp", folder / "step--1.safetensors.tmp",
+                folder / "step-9" / "notes.tmp", folder / "step-9x" / "index.json.tmp",
+                outside / "thesis.tmp"]
+        for f in stale_shards + kept:
+            f.write_text("bytes")
         proc = run(train_args(tmp, "--training.steps", "1", "--checkpoint.enable", "true"), tmp)
         check(proc.returncode == 0 and not stale.exists(),
               "stale .tmp of a killed save is removed at the next start")
+        check(not any(f.exists() for f in stale_shards),
+              "the stale temporaries in a sharded step folder are removed")
+        check(all(f.exists() for f in kept),
+              "files a save never writes are kept, inside the folder or through a link: "
+              f"{[str(f.relative_to(tmp)) for f in kept if not f.exists()]} were removed")
         saved = tmp / "out" / "checkpoint" / "step-1.safetensors"
         if saved.is_file():
             tensors, meta = read_safetensors(saved)

@@ -21,10 +21,12 @@ Usage: test_resume.py <path-to-remat>
 """
 import json
 import os
+import shutil
 import struct
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 REMAT = os.path.abspath(sys.argv[1])
@@ -136,6 +138,66 @@ def test_same_command_resumes(model):
               f"{model}: a third run finds step 4 = training.steps: nothing trained or rewritten")
 
 
+def test_folder_found_however_reached():
+    """The checkpoint folder is listed as the saves will reach it, or refused."""
+    config = str(REPO / "configs" / "llama3_debug.toml")
+    with tempfile.TemporaryDirectory(prefix="remat-resume-") as tmp:
+        tmp = Path(tmp)
+        args = ["--checkpoint.enable", "true", "--checkpoint.folder", "../ck"]
+        first = train(tmp, config, *args, "--training.steps", "2", "--job.dump_folder", "a")
+        # "b/../ck" does not resolve until b exists: it was read as no folder,
+        # and the run trained afresh over ck's checkpoints.
+        saved = tmp / "ck" / "step-2.safetensors"
+        before = saved.stat() if saved.exists() else None
+        again = train(tmp, config, *args, "--training.steps", "2", "--job.dump_folder", "b")
+        after = saved.stat() if saved.exists() else None
+        check(first.returncode == again.returncode == 0 and "nothing to train" in again.stdout
+              and before is not None and after is not None
+              and before.st_mtime_ns == after.st_mtime_ns,
+              "a checkpoint.folder reached through a job.dump_folder still to be created is "
+              "found: nothing trained or rewritten")
+        # A folder this run cannot list would read as empty: exit 2 instead.
+        if os.geteuid() == 0 and shutil.which("setpriv"):
+            for p in (tmp, tmp / "ck"):
+                p.chmod(0o777 if p == tmp else 0o333)
+            proc = subprocess.run(
+                ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", REMAT, "train",
+                 "--config", config, *SMALL, *args, "--training.steps", "4",
+                 "--job.dump_folder", "c"], cwd=tmp, capture_output=True, text=True, timeout=300)
+            (tmp / "ck").chmod(0o755)
+            check(proc.returncode == 2 and "checkpoint.folder: cannot list" in proc.stderr
+                  and saved.stat().st_mtime_ns == before.st_mtime_ns,
+                  f"a checkpoint folder the run cannot list is exit 2 (got {proc.returncode}: "
+                  f"{proc.stderr.strip()[-200:]})")
+
+
+def test_one_run_per_folder():
+    """A second run in a checkpoint folder in use is exit 2, touching nothing."""
+    config = str(REPO / "configs" / "llama3_debug.toml")
+    with tempfile.TemporaryDirectory(prefix="remat-resume-") as tmp:
+        tmp = Path(tmp)
+        args = [REMAT, "train", "--config", config, *SMALL, "--checkpoint.enable", "true",
+                "--checkpoint.interval", "1", "--job.dump_folder", "d"]
+        first = subprocess.Popen(args + ["--training.steps", "100000"], cwd=tmp,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            folder = tmp / "d" / "checkpoint"
+            for _ in range(600):  # until the first run has saved a step
+                if any(folder.glob("step-*.safetensors")):
+                    break
+                time.sleep(0.1)
+            # Few steps: were it not refused, it would not write for long.
+            second = subprocess.run(args + ["--training.steps", "5"], cwd=tmp,
+                                    capture_output=True, text=True, timeout=300)
+        finally:
+            first.terminate()
+            first.communicate(timeout=300)
+        check(second.returncode == 2 and "is in use by another remat run" in second.stderr
+              and "step:" not in second.stdout,
+              f"a second run in a checkpoint folder in use is exit 2 before any step "
+              f"(got {second.returncode}: {second.stderr.strip()[-160:]})")
+
+
 def test_record_and_warnings():
     config = str(REPO / "configs" / "llama3_debug.toml")
     with tempfile.TemporaryDirectory(prefix="remat-resume-") as tmp:
@@ -204,6 +266,8 @@ def main():
     test_bit_exact("llama4")
     test_same_command_resumes("llama3")
     test_same_command_resumes("llama4")
+    test_folder_found_however_reached()
+    test_one_run_per_folder()
     test_record_and_warnings()
     print(f"{len(failures)} failing check(s)" if failures else "all checks ok")
     return 1 if failures else 0

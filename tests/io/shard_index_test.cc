@@ -74,6 +74,12 @@ TEST(ShardIndex, RejectsAnIndexThatContradictsItself) {
       "its parameters hold 136");
   expect_rejected([](ShardIndex& i) { i.units[1].params[0].fqn = "norm.weight"; }, "twice");
   expect_rejected([](ShardIndex& i) { i.units[1].params[0].id = 2; }, "once");
+  // 2^32 x 2^32 wrapped to 0 elements (UBSan: signed overflow) and passed.
+  expect_rejected(
+      [](ShardIndex& i) {
+        i.units[1].params[0].shape = {int64_t{1} << 32, int64_t{1} << 32};
+      },
+      "has too many elements");
   expect_rejected([](ShardIndex& i) { i.files[1] = "../shard-1-of-2.safetensors"; },
                   "a file name in the checkpoint's folder");
   expect_rejected([](ShardIndex& i) { i.ranks = 3; }, "expected ceil");
