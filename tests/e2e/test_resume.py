@@ -179,7 +179,7 @@ def test_one_run_per_folder():
         args = [REMAT, "train", "--config", config, *SMALL, "--checkpoint.enable", "true",
                 "--checkpoint.interval", "1", "--job.dump_folder", "d"]
         first = subprocess.Popen(args + ["--training.steps", "100000"], cwd=tmp,
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             folder = tmp / "d" / "checkpoint"
             for _ in range(600):  # until the first run has saved a step
@@ -191,7 +191,7 @@ def test_one_run_per_folder():
                                     capture_output=True, text=True, timeout=300)
         finally:
             first.terminate()
-            first.communicate(timeout=300)
+            first.wait(timeout=300)
         check(second.returncode == 2 and "is in use by another remat run" in second.stderr
               and "step:" not in second.stdout,
               f"a second run in a checkpoint folder in use is exit 2 before any step "
