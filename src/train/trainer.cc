@@ -82,10 +82,15 @@ bool snapshots_on_signal(const JobConfig& config, const Communicator& comm,
          own_shard_layout(comm, session);
 }
 
-// step-N.safetensors, or the step folder step-N/ of a sharded checkpoint.
+// The name a checkpoint save of `step` takes: step-N.safetensors, or the
+// step folder step-N of a sharded checkpoint.
+std::string checkpoint_name(int64_t step, bool sharded) {
+  return "step-" + std::to_string(step) + (sharded ? "" : ".safetensors");
+}
+
+// That name in the run's checkpoint folder.
 std::string checkpoint_path(const JobConfig& config, int64_t step, bool sharded) {
-  return (std::filesystem::path(checkpoint_folder(config)) /
-          ("step-" + std::to_string(step) + (sharded ? "" : ".safetensors")))
+  return (std::filesystem::path(checkpoint_folder(config)) / checkpoint_name(step, sharded))
       .string();
 }
 
@@ -258,7 +263,7 @@ void remove_stale_checkpoint_temporaries(const std::string& folder, bool top = t
     const std::string name = entry.path().filename().string();
     const std::string target = entry.path().string();
     const std::optional<int64_t> step = top ? checkpoint_step_of(name) : std::nullopt;
-    if (step && name == "step-" + std::to_string(*step)) {
+    if (step && name == checkpoint_name(*step, /*sharded=*/true)) {
       if (!entry.is_directory(ec) || entry.is_symlink(ec)) continue;
       remove_stale_checkpoint_temporaries(target, false);
       if (!fs::exists(entry.path() / kShardIndexName, ec))
@@ -266,7 +271,7 @@ void remove_stale_checkpoint_temporaries(const std::string& folder, bool top = t
                     target.c_str(), kShardIndexName);
       continue;
     }
-    const bool stale = top ? step && name == "step-" + std::to_string(*step) + ".safetensors.tmp"
+    const bool stale = top ? step && name == checkpoint_name(*step, /*sharded=*/false) + ".tmp"
                            : step_folder_temporary(name);
     if (stale && remove_stale_temporary(target.substr(0, target.size() - 4)))
       std::printf("removed %s, left by an interrupted save\n", target.c_str());
@@ -1115,7 +1120,7 @@ FoundCheckpoint latest_checkpoint(const JobConfig& config) {
     // Complete checkpoints only, by their exact names: a file's temporary
     // or a step folder whose index was never written is not one.
     for (const bool step_folder : {false, true}) {
-      if (name != "step-" + std::to_string(*step) + (step_folder ? "" : ".safetensors")) continue;
+      if (name != checkpoint_name(*step, step_folder)) continue;
       const bool complete = step_folder ? fs::is_regular_file(entry.path() / kShardIndexName, ec)
                                         : fs::is_regular_file(entry.path(), ec);
       // Where one step has both forms, the run's own format wins.
