@@ -6,6 +6,7 @@
 #include <map>
 #include <set>
 #include <stdexcept>
+#include <string_view>
 
 #include "core/dtype.h"
 #include "core/error.h"
@@ -19,6 +20,24 @@ namespace {
 const char* kExpAvg = "optimizer.exp_avg.";
 const char* kExpAvgSq = "optimizer.exp_avg_sq.";
 }  // namespace
+
+std::string checkpoint_name(int64_t step, bool sharded) {
+  return "step-" + std::to_string(step) + (sharded ? "" : ".safetensors");
+}
+
+std::optional<int64_t> checkpoint_step_of(const std::string& name) {
+  // Digits only: from_chars would take "step--1" as step -1.
+  if (name.rfind("step-", 0) != 0 || name.size() == 5 || !std::isdigit(name[5]))
+    return std::nullopt;
+  const char* const digits = name.data() + 5;
+  const char* const last = name.data() + name.size();
+  int64_t step = 0;
+  const auto [end, error] = std::from_chars(digits, last, step);
+  if (error != std::errc()) return std::nullopt;
+  const std::string_view rest(end, static_cast<size_t>(last - end));
+  if (rest != "" && rest != ".safetensors" && rest != ".safetensors.tmp") return std::nullopt;
+  return step;
+}
 
 std::string checkpoint_tensor_name(ShardPart part, const std::string& fqn) {
   return part == ShardPart::kParams   ? fqn

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,14 @@
 #include "train/sharded_checkpoint.h"
 
 namespace remat {
+
+// The name a checkpoint save of `step` takes in its folder:
+// step-N.safetensors, or the step folder step-N of a sharded checkpoint.
+std::string checkpoint_name(int64_t step, bool sharded);
+// N of a name a checkpoint save takes in its folder: step-N.safetensors,
+// its temporary step-N.safetensors.tmp, or the sharded step folder step-N;
+// nullopt for any other name (step-99.jsonl is a user's file).
+std::optional<int64_t> checkpoint_step_of(const std::string& name);
 
 // `run` adds string metadata describing the run that saved (RunRecord).
 void save_checkpoint(const std::string& path, const ModelState& state, int64_t step,

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <exception>
 #include <filesystem>
+#include <optional>
 #include <stdexcept>
 
 #include "core/error.h"
@@ -328,6 +329,15 @@ void convert_sharded_checkpoint(const std::string& folder, const std::string& ou
     throw InputError("checkpoint convert: '" + folder + "/" + kShardIndexName +
                      "' lists no parameters: expected the units of a model's weights");
   RunRecord::read(index.run, folder + "/" + kShardIndexName);
+  // A resume from the folder takes step-N.safetensors for step N: another
+  // step under that name would be resumed as N, or refused there.
+  const std::string name = std::filesystem::path(out).filename().string();
+  if (const std::optional<int64_t> named = checkpoint_step_of(name);
+      named && name == checkpoint_name(*named, /*sharded=*/false) && *named != index.step)
+    throw InputError("checkpoint convert: '" + out + "' names step " + std::to_string(*named) +
+                     ", but '" + folder + "' holds step " + std::to_string(index.step) +
+                     " (expected " + checkpoint_name(index.step, /*sharded=*/false) +
+                     ", or a name that is not a checkpoint's)");
   // Tensors in a single-file checkpoint's order (save_checkpoint): the
   // weights by ParamId, then each parameter's two moments.
   const int parts = index.with_optimizer ? 3 : 1;

@@ -82,31 +82,10 @@ bool snapshots_on_signal(const JobConfig& config, const Communicator& comm,
          own_shard_layout(comm, session);
 }
 
-// The name a checkpoint save of `step` takes: step-N.safetensors, or the
-// step folder step-N of a sharded checkpoint.
-std::string checkpoint_name(int64_t step, bool sharded) {
-  return "step-" + std::to_string(step) + (sharded ? "" : ".safetensors");
-}
-
 // That name in the run's checkpoint folder.
 std::string checkpoint_path(const JobConfig& config, int64_t step, bool sharded) {
   return (std::filesystem::path(checkpoint_folder(config)) / checkpoint_name(step, sharded))
       .string();
-}
-
-// N of a file name a checkpoint save takes or passes through:
-// step-N.safetensors, the sharded step folder step-N, or their temporaries
-// (step-N.safetensors.tmp, step-N.<tag>.tmp); nullopt for any other name.
-std::optional<int64_t> checkpoint_step_of(const std::string& name) {
-  // Digits only: from_chars would take "step--1" as step -1.
-  if (name.rfind("step-", 0) != 0 || name.size() == 5 || !std::isdigit(name[5]))
-    return std::nullopt;
-  const char* const digits = name.data() + 5;
-  const char* const last = name.data() + name.size();
-  int64_t step = 0;
-  const auto [end, error] = std::from_chars(digits, last, step);
-  if (error != std::errc() || end == digits || (end != last && *end != '.')) return std::nullopt;
-  return step;
 }
 
 // Whether `path` is a name a checkpoint save in `folder` takes or passes
@@ -199,6 +178,23 @@ void check_checkpoint_targets(const JobConfig& config, int64_t start_step) {
   }
 }
 
+// A seed checkpoint starts runs (it is what a resume from the folder loads
+// when nothing newer is there): writing one over another would change
+// their weights, so an existing step-0, in either form, is left alone.
+void check_no_seed_checkpoint(const JobConfig& config) {
+  namespace fs = std::filesystem;
+  for (const bool sharded : {false, true}) {
+    const std::string path = checkpoint_path(config, 0, sharded);
+    std::error_code ec;
+    // (A folder that cannot be searched is check_output_folder's to refuse.)
+    if (fs::symlink_status(path, ec).type() == fs::file_type::not_found || ec) continue;
+    throw InputError("checkpoint.create_seed_checkpoint: '" + path +
+                     "' already exists (expected no step-0 in checkpoint.folder: a seed "
+                     "checkpoint does not replace one; move it away or choose another "
+                     "checkpoint.folder)");
+  }
+}
+
 // Every place the run will write is checked before training starts, so an
 // unwritable folder or a metrics path naming a device fails in a second
 // (exit 2), not after hours of training. Nothing is created here.
@@ -216,6 +212,7 @@ void check_output_places(const JobConfig& config, bool writes_checkpoints) {
                        checkpoint_folder(config) +
                        "' take (step-N.safetensors, step-N/); expected another file name");
   }
+  if (config.checkpoint.create_seed_checkpoint) check_no_seed_checkpoint(config);
   if (profiling_on(config)) {
     check_output_folder(config.job.dump_folder, "job.dump_folder");
     check_output_folder(

@@ -155,11 +155,16 @@ def convert_and_oracle(remat, tmp):
             ("a file for SRC", [converted, bad_out], "expected a sharded checkpoint's step folder"),
             ("a folder that is no step folder", [os.path.join(tmp, "small"), bad_out],
              "holds neither index.json nor shard files"),
-            ("one argument", [folder(tmp, "small", 3)], "takes SRC and DST")]:
+            ("one argument", [folder(tmp, "small", 3)], "takes SRC and DST"),
+            # A resume from a folder would take it for step 5.
+            ("a DST named for another step",
+             [folder(tmp, "small", 3), os.path.join(tmp, "step-5.safetensors")],
+             "names step 5, but")]:
         proc = run([remat, "checkpoint", *(["convert"] if args else []), *args], label,
                    status=None)
         check(f"convert, {label}: exit 2 naming the problem, nothing written",
-              proc.returncode == 2 and message in proc.stderr and not os.path.exists(bad_out),
+              proc.returncode == 2 and message in proc.stderr and not os.path.exists(bad_out)
+              and not os.path.exists(os.path.join(tmp, "step-5.safetensors")),
               f"{proc.returncode}: {proc.stderr[-300:]}")
     # Indexes a load would refuse: convert refuses them too, and the file
     # already at DST keeps its bytes.

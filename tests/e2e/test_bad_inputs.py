@@ -508,6 +508,11 @@ def cases():
               "outputs/ck/step-7.safetensors"],
              ["metrics.jsonl_path", "step-7.safetensors", "is a name the checkpoints in",
               "expected another file name"]),
+        # The harness's step-0 file stands for a seed runs already start from.
+        Case("a seed checkpoint over the one already in the folder",
+             ["--checkpoint.create_seed_checkpoint", "true"],
+             ["checkpoint.create_seed_checkpoint", "step-0.safetensors' already exists",
+              "does not replace one"]),
         # With checkpointing on, a run resumes from the latest checkpoint in its
         # folder (as torchtitan's does): here the harness's step-1 file, not one.
         Case("checkpointing on over a folder whose latest checkpoint is damaged",

@@ -129,13 +129,16 @@ def test_same_command_resumes(model):
               in again.stdout and sorted(b) == [3, 4] and all(a[s] == b[s] for s in (3, 4)),
               f"{model}: the same command again resumes from the latest checkpoint (step 2) "
               f"and steps 3-4 equal the first run's bit for bit: {sorted(b)}")
-        # Done already: nothing trained, no checkpoint rewritten.
+        # Done already: nothing trained, no checkpoint rewritten. Its metrics go
+        # beside the checkpoints under a name no save takes (it was refused).
         before = (folder / "step-4.safetensors").stat() if ok else None
-        done = train(tmp, config, *args, "--metrics.jsonl_path", "c.jsonl")
+        done = train(tmp, config, *args, "--metrics.jsonl_path", "run/checkpoint/step-9.jsonl")
         after = (folder / "step-4.safetensors").stat() if ok else None
         check(done.returncode == 0 and "nothing to train" in done.stdout and before is not None
+              and "step-4.safetensors, the latest" in done.stdout
               and (before.st_ino, before.st_mtime_ns) == (after.st_ino, after.st_mtime_ns),
-              f"{model}: a third run finds step 4 = training.steps: nothing trained or rewritten")
+              f"{model}: a third run (metrics in checkpoint.folder as step-9.jsonl) finds step "
+              f"4 = training.steps: nothing trained or rewritten")
 
 
 def test_folder_found_however_reached():
