@@ -72,7 +72,8 @@ int64_t append_jsonl(const std::string& path, const std::string& content,
     if (line.find_first_not_of(" \t") == std::string::npos) continue;
     const std::string where = "dataset error: '" + path + "' line " + std::to_string(number);
     nlohmann::json record;
-    if (json_too_deep(line)) throw InputError(where + ": " + json_depth_text());
+    if (const std::string problem = json_text_problem(line); !problem.empty())
+      throw InputError(where + ": " + problem);
     try {
       record = nlohmann::json::parse(line);
     } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for 1e9999

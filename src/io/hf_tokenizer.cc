@@ -486,7 +486,8 @@ HfBpeTokenizer::HfBpeTokenizer(const std::string& path, const std::string& key)
     where.fail(e.what());
   }
   json root;
-  if (json_too_deep(bytes)) where.fail("not a Hugging Face tokenizer.json: " + json_depth_text());
+  if (const std::string problem = json_text_problem(bytes); !problem.empty())
+    where.fail("not a Hugging Face tokenizer.json: " + problem);
   try {
     root = json::parse(bytes);
   } catch (const json::exception& e) {  // parse_error, or out_of_range for 1e9999

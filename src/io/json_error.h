@@ -56,6 +56,16 @@ inline std::string json_depth_text() {
          " deep (expected the shallow JSON of this file type)";
 }
 
+// What makes `text` no JSON input remat parses, checked before parsing: ""
+// when nothing does. nlohmann takes a NUL byte for the end of the input, so
+// a file of JSON, a NUL and anything at all parsed as the JSON alone.
+inline std::string json_text_problem(std::string_view text) {
+  if (const size_t nul = text.find('\0'); nul != std::string_view::npos)
+    return "a NUL byte at offset " + std::to_string(nul) + " (expected JSON text, which has none)";
+  if (json_too_deep(text)) return json_depth_text();
+  return "";
+}
+
 // A JSON value as an error message quotes it: as JSON (at most 80
 // characters of it) where it is a number, string or literal, or a short
 // flat array or object (a shape, offsets); any other array or object by its

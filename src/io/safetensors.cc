@@ -168,7 +168,8 @@ json read_header(const std::string& path, uint64_t* file_size, uint64_t* header_
       repeated = parsed.get<std::string>();
     return true;
   };
-  if (json_too_deep(text)) fail(path, "header has " + json_depth_text());
+  if (const std::string problem = json_text_problem(text); !problem.empty())
+    fail(path, "header has " + problem);
   try {
     header = json::parse(text, note_names);
   } catch (const json::exception& e) {

@@ -148,7 +148,8 @@ void check_params(const ShardIndex& index, const std::string& path) {
 }  // namespace
 
 ShardIndex ShardIndex::parse(const std::string& text, const std::string& path) {
-  if (json_too_deep(text)) bad(path, "has " + json_depth_text());
+  if (const std::string problem = json_text_problem(text); !problem.empty())
+    bad(path, "has " + problem);
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) bad(path, "is not a JSON object (expected an index)");
   const json& format = field(j, "format", "the index", path);

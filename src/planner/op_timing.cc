@@ -76,7 +76,7 @@ std::map<std::string, double> read_cache(const std::string& path, const std::str
     const std::string text =
         read_regular_file(path, "activation_checkpoint.cost_cache", "a JSON file written by remat",
                           1 << 24, InputUse::kRewritten);
-    if (!json_too_deep(text)) j = nlohmann::json::parse(text);  // too deep: not a cache
+    if (json_text_problem(text).empty()) j = nlohmann::json::parse(text);  // else: not a cache
   } catch (const nlohmann::json::exception&) {
     j = nullptr;
   }

@@ -202,6 +202,15 @@ def with_header(seed, edit):
     return struct.pack("<Q", len(text)) + text + seed[8 + n:]
 
 
+def with_nul_in_header(seed):
+    """The seed checkpoint, its header followed by a NUL and garbage (nlohmann
+    stopped at the NUL: the file loaded)."""
+    n = struct.unpack("<Q", seed[:8])[0]
+    text = seed[8:8 + n].rstrip(b" ") + b"\0garbage"
+    text += b" " * ((8 - len(text) % 8) % 8)
+    return struct.pack("<Q", len(text)) + text + seed[8 + n:]
+
+
 def raw_safetensors(header_text):
     """A safetensors file of a header written as text (no data)."""
     b = header_text.encode()
@@ -403,6 +412,14 @@ def cases():
         Case("dataset .jsonl line nested 200,000 deep", ["--training.dataset_path", "deep.jsonl"],
              ["deep.jsonl", "line 2", "nested more than 512 deep"],
              files={"deep.jsonl": '{"text": "fine"}\n{"text": "x", "meta": ' + DEEP + '}\n'}),
+        Case("dataset .jsonl line with a NUL and garbage after its record",
+             ["--training.dataset_path", "nul.jsonl"],
+             ["nul.jsonl", "line 2", "a NUL byte at offset 13"],
+             files={"nul.jsonl": '{"text": "%s"}\n{"text": "x"}\0{"broken\n' % ("ok " * 50)}),
+        Case("checkpoint whose safetensors header has a NUL and garbage after it",
+             ["--checkpoint.load", "nul.safetensors", "--model.dim", "128"],
+             ["nul.safetensors", "header has a NUL byte at offset"],
+             files={"nul.safetensors": with_nul_in_header}),
         Case("tokenizer.json whose vocab id is a nested array (quoted by its size)",
              ["--model.tokenizer_path", "arr.json"],
              ["arr.json", "an array of 3 elements", "expected an integer id"],

@@ -101,6 +101,16 @@ TEST(ShardIndex, RejectsOtherFilesAndVersions) {
             std::string::npos);
 }
 
+// nlohmann ends its input at a NUL: an index followed by a NUL and
+// anything at all parsed as the index alone.
+TEST(ShardIndex, RejectsANulByte) {
+  const std::string text = example().to_json();
+  EXPECT_NO_THROW(ShardIndex::parse(text, "index.json"));
+  EXPECT_NE(parse_error_of(text + std::string(1, '\0') + "garbage").find("a NUL byte at offset"),
+            std::string::npos);
+  EXPECT_EQ(json_text_problem(text), "");
+}
+
 // A deep index is refused before parsing (printing its format back once
 // overflowed the stack), at exactly the documented depth.
 TEST(ShardIndex, RejectsJsonNestedTooDeep) {
