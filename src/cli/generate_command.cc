@@ -146,15 +146,25 @@ int run_generate(const JobConfig& config, const GenerateFlags& flags) {
   } else {
     text.finish();  // the prompt, as the tokenizer reads it back
   }
-  const std::vector<int32_t> generated = generate(decoder, sampler, prompt, flags.max_new_tokens,
-                                                  tokenizer->eos_id(), [&](int32_t id) {
-                                                    if (flags.ids) {
-                                                      std::printf(" %d", id);
-                                                      std::fflush(stdout);
-                                                    } else {
-                                                      text.add(id);
-                                                    }
-                                                  });
+  std::vector<int32_t> generated;
+  try {
+    generated = generate(decoder, sampler, prompt, flags.max_new_tokens, tokenizer->eos_id(),
+                         [&](int32_t id) {
+                           if (flags.ids) {
+                             std::printf(" %d", id);
+                             std::fflush(stdout);
+                           } else {
+                             text.add(id);
+                           }
+                         });
+  } catch (const NonFiniteLogits& e) {
+    std::printf("\n");
+    std::fflush(stdout);
+    // As eval says it: the weights are the cause, and no token follows.
+    std::fprintf(stderr, "error: %s: the weights in %s give NaN or infinite logits\n", e.what(),
+                 config.checkpoint.load.c_str());
+    return 1;
+  }
   if (!flags.ids) text.finish();
   std::printf("\n");
   std::fflush(stdout);

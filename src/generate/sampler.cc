@@ -10,13 +10,13 @@ namespace remat {
 
 namespace {
 
-// The first of the largest logits; std::runtime_error for a non-finite one.
+// The first of the largest logits; NonFiniteLogits for a non-finite one.
 int32_t argmax(std::span<const float> logits) {
   int32_t best = 0;
   for (size_t i = 0; i < logits.size(); ++i) {
     if (!std::isfinite(logits[i])) {
-      throw std::runtime_error("sampler: logit " + std::to_string(i) + " is not finite (" +
-                               std::to_string(logits[i]) + "): the model's output is broken");
+      throw NonFiniteLogits("logit " + std::to_string(i) + " is not finite (" +
+                            std::to_string(logits[i]) + ")");
     }
     if (logits[i] > logits[best]) best = static_cast<int32_t>(i);
   }

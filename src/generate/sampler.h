@@ -10,9 +10,17 @@
 #include <cstdint>
 #include <random>
 #include <span>
+#include <stdexcept>
 #include <vector>
 
 namespace remat {
+
+// Logits with a NaN or an infinity: the weights overflow (a checkpoint of
+// finite but huge values loads, and gives them). Not a bug of remat's.
+class NonFiniteLogits : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
 
 struct SamplingOptions {
   double temperature = 1.0;  // >= 0; 0: greedy (the argmax, no randomness)
@@ -27,7 +35,7 @@ class Sampler {
 
   // The next token of `logits` (one per vocabulary entry). Ties between
   // equal logits go to the lower id, so top_k = 1 picks what greedy picks.
-  // std::runtime_error for a NaN logit.
+  // NonFiniteLogits for a NaN or infinite logit.
   int32_t next(std::span<const float> logits);
 
  private:

@@ -201,6 +201,16 @@ void check_output_file(const std::string& path, const std::string& key) {
   check_writable_folder(parent_of(path), key, in_quotes(path));
 }
 
+bool same_place(const std::string& a, const std::string& b) {
+  std::error_code ec_a, ec_b;
+  const fs::path pa = fs::weakly_canonical(fs::absolute(a, ec_a), ec_a);
+  const fs::path pb = fs::weakly_canonical(fs::absolute(b, ec_b), ec_b);
+  if (!ec_a && !ec_b && pa == pb) return true;
+  struct stat sa, sb;
+  return ::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev &&
+         sa.st_ino == sb.st_ino;
+}
+
 void check_output_folder(const std::string& folder, const std::string& key) {
   struct stat st;
   if (::stat(folder.c_str(), &st) == 0 && !S_ISDIR(st.st_mode))
@@ -220,11 +230,18 @@ AtomicFile::AtomicFile(const std::string& path, const std::string& key, bool mak
                        const std::string& tag)
     : path_(path), tmp_(path + (tag.empty() ? "" : "." + tag) + ".tmp"), key_(key) {
   check_replaceable(path_, key_);
-  check_replaceable(tmp_, key_);  // before a stale one is removed: it may be an input
+  check_replaceable(tmp_, key_);
   if (make_folders) create_folders(parent_of(path_), key_);
-  remove_stale_temporary(tmp_.substr(0, tmp_.size() - 4));
   // O_EXCL | O_NOFOLLOW: never write through something planted at the name.
-  fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  constexpr int kFlags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
+  fd_ = ::open(tmp_.c_str(), kFlags, 0644);
+  if (fd_ < 0 && errno == EEXIST) {
+    // A file already there is left alone: a user's report.tmp, or what an
+    // interrupted write left (the checkpoint folder's own are removed at
+    // start-up, train/trainer.h). This write takes a name of its own.
+    tmp_ = tmp_.substr(0, tmp_.size() - 4) + "." + std::to_string(::getpid()) + ".tmp";
+    fd_ = ::open(tmp_.c_str(), kFlags, 0644);
+  }
   if (fd_ < 0) {
     const int error = errno;
     // Named by the file the user asked for; the temporary only as the

@@ -59,6 +59,11 @@ void note_input(const std::string& path, const std::string& what);
 // (missing folders will be created). InputError names `key`.
 void check_output_file(const std::string& path, const std::string& key);
 
+// Whether `a` and `b` name the same file: the same path once made absolute
+// and resolved (links, "..", folders yet to be created), or, both existing,
+// the same inode (a hard link).
+bool same_place(const std::string& a, const std::string& b);
+
 // Checks that `folder` is a writable folder or can be created as one.
 void check_output_folder(const std::string& folder, const std::string& key);
 
@@ -66,8 +71,9 @@ void check_output_folder(const std::string& folder, const std::string& key);
 void create_folders(const std::string& folder, const std::string& key);
 
 // Writes `path` atomically and durably: the bytes go to `path + ".tmp"`
-// (a stale one from a crashed run is removed first; the temporary is created
-// exclusively and never through a link), which is fsync'ed, renamed over
+// (created exclusively and never through a link; where a file already has
+// that name, it is left alone and `path + ".<pid>.tmp"` is used), which is
+// fsync'ed, renamed over
 // `path` and its folder fsync'ed, so after a crash `path` holds either the
 // old or the new content, never a mix. Any failure removes the temporary and
 // throws InputError (disk full, a target that is not a regular file).

@@ -18,6 +18,7 @@
 #include <system_error>
 
 #include "core/error.h"
+#include "core/host_memory.h"
 #include "core/progress.h"
 #include "io/files.h"
 
@@ -277,6 +278,13 @@ std::vector<int32_t> read_npy_tokens(const std::string& path) {
   const TokenArray a =
       parse_token_header(path, read_header_text(in, path, file_size, &data_offset));
   const int64_t count = a.count, item_size = a.item_size;
+  // Loaded whole as int32 ids: a file of more than half the RAM's worth is
+  // refused here, not by the allocator (a 100 GB sparse file, say).
+  const int64_t most = physical_memory_bytes() / 2 / static_cast<int64_t>(sizeof(int32_t));
+  if (count > most)
+    fail(path, "holds " + std::to_string(count) + " tokens, more than the " + std::to_string(most) +
+                   " whose 4-byte ids fit in half of this machine's memory (expected a smaller "
+                   "token file)");
   const int64_t available = file_size - data_offset;
   if (count > available / item_size)
     fail(path, "truncated data: the shape says " + std::to_string(count) + " tokens of " +

@@ -44,10 +44,6 @@ std::string step_label(const Program& program, const TimelineSample& s) {
   return std::string(to_string(s.kind)) + " " + program.nodes[s.node].fqn;
 }
 
-std::string json_path_of(const std::string& path) {
-  return path.ends_with(".svg") ? path.substr(0, path.size() - 4) + ".json" : path;
-}
-
 nlohmann::json to_json(const MemorySnapshot& s) {
   nlohmann::json j;
   for (int c = 0; c < kNumMemoryCategories; ++c)
@@ -213,6 +209,10 @@ void write_text(const std::string& path, const std::string& text, const std::str
 }
 
 }  // namespace
+
+std::string json_path_of(const std::string& path) {
+  return path.ends_with(".svg") ? path.substr(0, path.size() - 4) + ".json" : path;
+}
 
 void check_timeline_path(const std::string& path) {
   if (!path.ends_with(".svg") && !path.ends_with(".json"))

@@ -37,6 +37,9 @@ void write_timelines(const std::string& path, const std::string& compare, const 
                      const Plan& configured_plan, const AcOptions& configured,
                      const PlannerOptions& planner, const std::string& title);
 
+// The .json written beside a timeline's .svg (a .json path: itself).
+std::string json_path_of(const std::string& path);
+
 // Writes `series` (each with samples), top to bottom on shared axes, to
 // `path` (.svg with its .json beside it, or .json alone) atomically;
 // InputError naming `key` when a file cannot be written.

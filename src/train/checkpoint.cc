@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -37,6 +38,17 @@ std::optional<int64_t> checkpoint_step_of(const std::string& name) {
   const std::string_view rest(end, static_cast<size_t>(last - end));
   if (rest != "" && rest != ".safetensors" && rest != ".safetensors.tmp") return std::nullopt;
   return step;
+}
+
+void require_finite(const float* data, int64_t n, const std::string& path,
+                    const std::string& name) {
+  if (all_finite(data, n)) return;
+  int64_t i = 0;
+  while (i < n && std::isfinite(data[i])) ++i;
+  throw InputError("checkpoint error: '" + path + "' has tensor '" + name +
+                   "' holding a non-finite value (" + std::to_string(data[i]) + " at element " +
+                   std::to_string(i) +
+                   "); remat never saves one: expected the state of a run that had not diverged");
 }
 
 std::string checkpoint_tensor_name(ShardPart part, const std::string& fqn) {
@@ -178,8 +190,11 @@ int64_t metadata_integer(const std::map<std::string, std::string>& metadata,
 
 // The file is host data: read into the tensor's bytes through the backend.
 void read_tensor(const SafetensorsReader& reader, const std::string& name, const Shape& shape,
-                 Tensor& t, Backend& backend) {
-  write_from_host(backend, t, [&](float* host) { reader.read(name, shape, host); });
+                 Tensor& t, Backend& backend, const std::string& path) {
+  write_from_host(backend, t, [&](float* host) {
+    reader.read(name, shape, host);
+    require_finite(host, numel(shape), path, name);
+  });
 }
 
 }  // namespace
@@ -310,6 +325,8 @@ LoadedCheckpoint load_sharded_checkpoint(const std::string& folder, ModelState& 
         const Param& param = params[it->second];
         write_from_host(*state.backend, (*targets[part])[it->second], [&](float* host) {
           c.read(static_cast<ShardPart>(part), p.fqn, param.shape, 0, numel(param.shape), host);
+          require_finite(host, numel(param.shape), folder,
+                         checkpoint_tensor_name(static_cast<ShardPart>(part), p.fqn));
         });
         progress.update(done += bytes_of(numel(param.shape), DType::kF32));
       }
@@ -331,7 +348,7 @@ LoadedCheckpoint load_checkpoint(const std::string& path, ModelState& state, boo
   for (const Param& p : params) total += bytes_of(numel(p.shape), DType::kF32) * (moments ? 3 : 1);
   Progress progress("loading " + path, total, ProgressUnit::kBytes);
   auto read = [&](const std::string& name, const Shape& shape, Tensor& t) {
-    read_tensor(reader, name, shape, t, *state.backend);
+    read_tensor(reader, name, shape, t, *state.backend, path);
     progress.update(done += bytes_of(numel(shape), DType::kF32));
   };
   for (size_t i = 0; i < params.size(); ++i) {

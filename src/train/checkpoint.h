@@ -31,6 +31,11 @@ std::optional<int64_t> checkpoint_step_of(const std::string& name);
 void save_checkpoint(const std::string& path, const ModelState& state, int64_t step,
                      bool with_optimizer, const std::map<std::string, std::string>& run = {});
 
+// InputError naming the checkpoint at `path` and its tensor `name` unless
+// all n values are finite (saves refuse NaN and inf, so a loaded one is damage
+// or a foreign file).
+void require_finite(const float* data, int64_t n, const std::string& path, const std::string& name);
+
 // A tensor's name in a single-file checkpoint: the FQN, with the moment's
 // prefix for the optimizer state.
 std::string checkpoint_tensor_name(ShardPart part, const std::string& fqn);

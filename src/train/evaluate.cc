@@ -79,7 +79,8 @@ int run_dump_gradients(const JobConfig& config, const std::string& tokens_path,
         " rows (expected global_batch_size -1, or equal to local_batch_size)");
   }
   const Setup setup = make_setup(config, batch, Pass::kTraining);
-  TokenDataset data = load_token_file(tokens_path, "byte", setup.model.summary.vocab_size);
+  TokenDataset data =
+      load_token_file(tokens_path, config.model.tokenizer, setup.model.summary.vocab_size);
   if (count_eval_rows(static_cast<int64_t>(data.tokens.size()), seq) < batch) {
     throw InputError("grads: '" + tokens_path + "' has too few tokens for " +
                      std::to_string(batch) + " rows of seq_len + 1");
@@ -93,6 +94,14 @@ int run_dump_gradients(const JobConfig& config, const std::string& tokens_path,
   std::vector<int32_t> inputs(batch * seq), targets(batch * seq);
   fill_eval_rows(data.tokens, seq, 0, batch, inputs, targets);
   const double loss = session.executor.run(Batch{inputs.data(), targets.data()});
+  if (!std::isfinite(loss)) {  // as eval says it; no gradients written
+    std::fflush(stdout);
+    std::fprintf(stderr,
+                 "error: loss is not finite (%g): the weights in %s give NaN or infinite "
+                 "logits; --out is not written\n",
+                 loss, config.checkpoint.load.c_str());
+    return 1;
+  }
   const Program& program = setup.program();
   std::vector<SafetensorsEntry> entries;
   std::vector<HostView> host;  // the gradients' bytes on the host

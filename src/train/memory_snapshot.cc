@@ -2,6 +2,7 @@
 
 #include <filesystem>
 
+#include "core/error.h"
 #include "io/files.h"
 
 namespace remat {
@@ -11,6 +12,14 @@ namespace {
 std::string snapshot_folder(const JobConfig& config) {
   return (std::filesystem::path(config.job.dump_folder) /
           config.profiling.save_memory_snapshot_folder)
+      .string();
+}
+
+constexpr const char* kSnapshotKey = "profiling.save_memory_snapshot_folder";
+
+std::string snapshot_svg(const JobConfig& config, int64_t step) {
+  return (std::filesystem::path(snapshot_folder(config)) /
+          ("step-" + std::to_string(step) + ".svg"))
       .string();
 }
 
@@ -51,17 +60,28 @@ std::vector<TimelineSample> measure_timeline(Allocator& allocator, Executor& exe
 
 std::string write_memory_snapshot(const JobConfig& config, int64_t step, const Program& program,
                                   const std::string& title, const TimelineSeries& measured) {
-  const char* key = "profiling.save_memory_snapshot_folder";
-  create_folders(snapshot_folder(config), key);
-  const std::string path =
-      (std::filesystem::path(snapshot_folder(config)) / ("step-" + std::to_string(step) + ".svg"))
-          .string();
-  write_timeline_files(path, {measured}, program, title, key);
+  create_folders(snapshot_folder(config), kSnapshotKey);
+  const std::string path = snapshot_svg(config, step);
+  write_timeline_files(path, {measured}, program, title, kSnapshotKey);
   return path;
 }
 
 void check_memory_snapshot_folder(const JobConfig& config) {
-  check_output_folder(snapshot_folder(config), "profiling.save_memory_snapshot_folder");
+  check_output_folder(snapshot_folder(config), kSnapshotKey);
+}
+
+void check_memory_snapshot_files(const JobConfig& config, int64_t step) {
+  const std::string svg = snapshot_svg(config, step);
+  for (const std::string& path : {svg, json_path_of(svg)}) {
+    check_output_file(path, kSnapshotKey);
+    // The metrics file stays open all run: a snapshot renamed over it
+    // would take its name, and its later lines would go nowhere.
+    const std::string& metrics = config.metrics.jsonl_path;
+    if (!metrics.empty() && same_place(path, metrics))
+      throw InputError("metrics.jsonl_path: '" + metrics +
+                       "' is where the memory snapshot of step " + std::to_string(step) +
+                       " goes (profiling.enable_memory_snapshot); expected another file name");
+  }
 }
 
 }  // namespace remat

@@ -1,9 +1,12 @@
 #include "train/profile_trace.h"
 
+#include <charconv>
 #include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <stdexcept>
+#include <string_view>
 
 #include "core/error.h"
 #include "io/files.h"
@@ -25,6 +28,62 @@ std::string profile_trace_path(const std::string& dump_folder, const std::string
   return (std::filesystem::path(dump_folder) / traces_folder /
           ("iteration_" + std::to_string(step)) / ("rank" + std::to_string(rank) + "_trace.json"))
       .string();
+}
+
+namespace {
+
+constexpr const char* kTracesKey = "profiling.save_traces_folder";
+
+// N of "<prefix>N<suffix>" (N digits only), else nullopt.
+std::optional<int64_t> number_in(std::string_view name, std::string_view prefix,
+                                 std::string_view suffix) {
+  if (!name.starts_with(prefix) || !name.ends_with(suffix) ||
+      name.size() == prefix.size() + suffix.size())
+    return std::nullopt;
+  const std::string_view digits =
+      name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
+  int64_t n = 0;
+  const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), n);
+  if (error != std::errc() || end != digits.data() + digits.size() || digits[0] == '-')
+    return std::nullopt;
+  return n;
+}
+
+}  // namespace
+
+void check_profile_trace_targets(const JobConfig& config, int64_t start_step, int rank) {
+  namespace fs = std::filesystem;
+  const std::string folder =
+      (fs::path(config.job.dump_folder) / config.profiling.save_traces_folder).string();
+  const int64_t freq = config.profiling.profile_freq;
+  auto traced = [&](std::optional<int64_t> step) {
+    return step && *step > start_step && *step <= config.training.steps && *step % freq == 0;
+  };
+  // The metrics file stays open all run: a trace renamed over it would take
+  // its name, and its later lines would go nowhere.
+  const std::string& metrics = config.metrics.jsonl_path;
+  if (!metrics.empty()) {
+    const fs::path m = fs::path(metrics).filename();
+    const fs::path iteration = fs::path(metrics).parent_path();
+    if (number_in(m.string(), "rank", "_trace.json") &&
+        traced(number_in(iteration.filename().string(), "iteration_", "")) &&
+        same_place(iteration.parent_path().string(), folder))
+      throw InputError("metrics.jsonl_path: '" + metrics + "' is a name the profile traces in '" +
+                       folder +
+                       "' take (iteration_N/rankR_trace.json); expected another file name");
+  }
+  // What is already there: found now, not after the steps before it.
+  std::error_code ec;
+  if (!fs::is_directory(folder, ec)) return;
+  for (const fs::directory_entry& entry : fs::directory_iterator(folder, ec)) {
+    const std::optional<int64_t> step =
+        number_in(entry.path().filename().string(), "iteration_", "");
+    if (!traced(step)) continue;
+    check_output_folder(entry.path().string(), kTracesKey);
+    check_output_file(profile_trace_path(config.job.dump_folder,
+                                         config.profiling.save_traces_folder, *step, rank),
+                      kTracesKey);
+  }
 }
 
 void write_profile_trace(const std::string& path, const Program& program, const Executor& executor,
@@ -54,7 +113,7 @@ void write_profile_trace(const std::string& path, const Program& program, const 
   }
   const nlohmann::json trace = {{"traceEvents", events}, {"displayTimeUnit", "ms"}};
   const std::string text = trace.dump() + "\n";
-  AtomicFile out(path, "profiling.save_traces_folder", /*make_folders=*/true);
+  AtomicFile out(path, kTracesKey, /*make_folders=*/true);
   out.write(text.data(), static_cast<int64_t>(text.size()));
   out.commit();
 }

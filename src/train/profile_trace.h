@@ -22,6 +22,12 @@ bool profiling_on(const JobConfig& config);
 std::string profile_trace_path(const std::string& dump_folder, const std::string& traces_folder,
                                int64_t step, int rank);
 
+// InputError unless rank `rank` can write the trace of every step it
+// profiles after `start_step`: the metrics file is none of them, and an
+// iteration_N already in the traces folder is a folder whose trace file can
+// be replaced (checked before training starts).
+void check_profile_trace_targets(const JobConfig& config, int64_t start_step, int rank);
+
 // Writes the trace of the executor's last run (profiling must have been on)
 // through a temporary file and a rename, creating the folders.
 void write_profile_trace(const std::string& path, const Program& program, const Executor& executor,

@@ -352,6 +352,8 @@ void convert_sharded_checkpoint(const std::string& folder, const std::string& ou
         const size_t slot = part == 0 ? p.id : count + 2 * p.id + (part - 1);
         data[slot].resize(static_cast<size_t>(numel(p.shape)));
         c.read(static_cast<ShardPart>(part), p.fqn, p.shape, 0, numel(p.shape), data[slot].data());
+        require_finite(data[slot].data(), numel(p.shape), folder,
+                       checkpoint_tensor_name(static_cast<ShardPart>(part), p.fqn));
         entries[slot] = {checkpoint_tensor_name(static_cast<ShardPart>(part), p.fqn), p.shape,
                          data[slot].data()};
         progress.update(++done);

@@ -195,6 +195,16 @@ void check_no_seed_checkpoint(const JobConfig& config) {
   }
 }
 
+// The files the steps after `start_step` write, where their names depend on
+// the step: found in the way now, not once the steps before them have run.
+void check_run_targets(const JobConfig& config, int64_t start_step, int rank) {
+  if (config.checkpoint.enable) check_checkpoint_targets(config, start_step);
+  if (profiling_on(config)) check_profile_trace_targets(config, start_step, rank);
+  // The first step of the run is measured, by rank 0.
+  if (config.profiling.enable_memory_snapshot && rank == 0 && start_step < config.training.steps)
+    check_memory_snapshot_files(config, start_step + 1);
+}
+
 // Every place the run will write is checked before training starts, so an
 // unwritable folder or a metrics path naming a device fails in a second
 // (exit 2), not after hours of training. Nothing is created here.
@@ -1160,6 +1170,10 @@ int run_train(const JobConfig& config, Communicator& comm) {
   if (!seed_only) data = load_data(config, setup.model.summary.vocab_size);
   const bool validates = !seed_only && config.validation.enabled;
   if (validates) validation_data = validation_tokens(config, data, setup.model.summary.vocab_size);
+  std::optional<BatchLoader> loader;  // made here: it refuses too short a dataset
+  if (!seed_only)
+    loader.emplace(std::move(data.tokens), t.local_batch_size * comm.size(), t.seq_len,
+                   t.dataset_path.empty() ? t.dataset : t.dataset_path);
   const RunRecord saved_run = read_saved_run(config);
   const bool writes_checkpoints = seed_only || config.checkpoint.enable;
   check_output_places(config, writes_checkpoints);
@@ -1167,19 +1181,20 @@ int run_train(const JobConfig& config, Communicator& comm) {
   std::optional<ValidationPlan> validation_plan;
   if (validates) validation_plan = plan_validation(config);
   const int threads = configure_threads(config);
-  std::optional<CheckpointFolderLock> folder_lock;
-  if (writes_checkpoints && leads) {
-    create_folders(checkpoint_folder(config), "checkpoint.folder");
-    folder_lock.emplace(checkpoint_folder(config));
-    remove_stale_checkpoint_temporaries(checkpoint_folder(config));
-  }
 
   // Rank r holds chunk r % S of every unit (S the shard degree; HSDP's
   // groups are consecutive ranks).
   const auto shard_ranks = static_cast<int>(config.parallelism.data_parallel_shard_degree);
   Session session(setup, /*with_gradients=*/!seed_only, shard_ranks, comm.rank() % shard_ranks);
   const int64_t start_step = initialize_state(config, session, /*with_optimizer=*/!seed_only);
-  if (config.checkpoint.enable && !seed_only) check_checkpoint_targets(config, start_step);
+  if (!seed_only) check_run_targets(config, start_step, comm.rank());
+  // The first thing written, once every check has passed.
+  std::optional<CheckpointFolderLock> folder_lock;
+  if (writes_checkpoints && leads) {
+    create_folders(checkpoint_folder(config), "checkpoint.folder");
+    folder_lock.emplace(checkpoint_folder(config));
+    remove_stale_checkpoint_temporaries(checkpoint_folder(config));
+  }
   confirm_inputs(comm);
   comm.set_timeout(config.comm.train_timeout_seconds);
   std::unique_ptr<ShardedTraining> sharded;  // splits HSDP's groups: after the agreement
@@ -1198,11 +1213,9 @@ int run_train(const JobConfig& config, Communicator& comm) {
         static_cast<long long>(t.global_batch_size));
   }
   note_mpirun_interrupts(config, comm, session);
-  BatchLoader loader(std::move(data.tokens), t.local_batch_size * comm.size(), t.seq_len,
-                     t.dataset_path.empty() ? t.dataset : t.dataset_path);
   if (start_step > 0) {
-    loader.set_position(
-        resume_data_position(config, saved_run, start_step, loader.num_windows(), comm.size()));
+    loader->set_position(
+        resume_data_position(config, saved_run, start_step, loader->num_windows(), comm.size()));
   }
   std::unique_ptr<Validator> validator;
   if (validates) {
@@ -1210,7 +1223,7 @@ int run_train(const JobConfig& config, Communicator& comm) {
                                             std::move(validation_data));
     print_validation(config, setup, *validator);
   }
-  Trainer trainer(config, setup, session, loader, validator.get(), start_step, threads, comm,
+  Trainer trainer(config, setup, session, *loader, validator.get(), start_step, threads, comm,
                   sharded.get());
   return trainer.train();
 }

@@ -11,7 +11,8 @@
   the step, the values and a parameter; metrics stay valid JSON; no checkpoint
   with NaN is written.
 - A stale step-*.safetensors.tmp from a killed save is removed at the next start.
-- Checkpoints carry a CRC-32C per tensor; eval of NaN weights exits 1.
+- Checkpoints carry a CRC-32C per tensor; NaN weights are refused on load (exit 2);
+  weights whose logits overflow make eval, generate and grads exit 1.
 - A config that sets no keys says the defaults are used.
 - REMAT_PROFILE is 1 (profile), 0 or unset; another value exits 2.
 
@@ -211,26 +212,48 @@ def test_stale_temporary_is_removed_and_checksums_stored():
                   "checkpoint metadata holds the step and a CRC-32C per tensor")
 
 
-def test_eval_of_nan_weights_fails():
+def filled_checkpoint(tmp, source, tensor, value, name):
+    """`source` with every element of `tensor` set to `value` (its CRC dropped)."""
+    data = source.read_bytes()
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    begin, end = header[tensor]["data_offsets"]
+    header["__metadata__"].pop("crc32c." + tensor)
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * ((8 - len(text) % 8) % 8)
+    body = bytearray(data[8 + n:])
+    body[begin:end] = struct.pack("<f", value) * ((end - begin) // 4)
+    (tmp / name).write_bytes(struct.pack("<Q", len(text)) + text + bytes(body))
+    return str(tmp / name)
+
+
+def test_non_finite_weights_and_logits():
+    """NaN weights are refused on load (exit 2: no save writes one); finite but
+    huge weights give infinite logits: eval, generate and grads exit 1 saying
+    so, grads writing nothing."""
     with tempfile.TemporaryDirectory(prefix="remat-fail-") as tmp:
         tmp = Path(tmp)
         run(train_args(tmp, "--training.steps", "1", "--checkpoint.enable", "true"), tmp)
-        data = (tmp / "out" / "checkpoint" / "step-1.safetensors").read_bytes()
-        n = struct.unpack("<Q", data[:8])[0]
-        header = json.loads(data[8:8 + n])
-        begin, end = header["tok_embeddings.weight"]["data_offsets"]
-        header["__metadata__"].pop("crc32c.tok_embeddings.weight")
-        text = json.dumps(header, separators=(",", ":")).encode()
-        text += b" " * ((8 - len(text) % 8) % 8)
-        body = bytearray(data[8 + n:])
-        body[begin:end] = struct.pack("<f", float("nan")) * ((end - begin) // 4)
-        (tmp / "nan.safetensors").write_bytes(struct.pack("<Q", len(text)) + text + bytes(body))
+        saved = tmp / "out" / "checkpoint" / "step-1.safetensors"
+        nan = filled_checkpoint(tmp, saved, "tok_embeddings.weight", float("nan"), "nan.safetensors")
+        huge = filled_checkpoint(tmp, saved, "output.weight", 3e38, "huge.safetensors")
         tokens = tmp / "val.txt"
         tokens.write_text("the quick brown fox jumps over the lazy dog " * 20)
-        proc = run([REMAT, "eval", "--config", CONFIG, *SMALL, "--checkpoint.load",
-                    str(tmp / "nan.safetensors"), "--validation.dataset", str(tokens)], tmp)
-        check(proc.returncode == 1 and "not finite" in proc.stderr,
-              f"eval of NaN weights exits 1 saying so (got {proc.returncode})")
+        commands = {
+            "eval": ["eval", "--validation.dataset", str(tokens)],
+            "generate": ["generate", "--prompt", "the", "--max_new_tokens", "3"],
+            "grads": ["grads", "--tokens", str(tokens), "--out", "g.safetensors"]}
+        for name, args in commands.items():
+            base = [REMAT, args[0], "--config", CONFIG, *SMALL, *args[1:], "--checkpoint.load"]
+            proc = run(base + [nan], tmp)
+            check(proc.returncode == 2 and "'tok_embeddings.weight' holding a non-finite value"
+                  in proc.stderr, f"{name} of NaN weights: exit 2 naming the tensor (got "
+                  f"{proc.returncode}: {proc.stderr.strip()[-200:]})")
+            proc = run(base + [huge], tmp)
+            check(proc.returncode == 1 and "give NaN or infinite logits" in proc.stderr
+                  and "internal error" not in proc.stderr and not (tmp / "g.safetensors").exists(),
+                  f"{name} of weights whose logits overflow: exit 1 saying so, nothing written "
+                  f"(got {proc.returncode}: {proc.stderr.strip()[-200:]})")
 
 
 def test_empty_config_says_defaults():
@@ -346,7 +369,7 @@ def main():
     test_kill_9_keeps_metrics()
     test_nan_stops_the_run()
     test_stale_temporary_is_removed_and_checksums_stored()
-    test_eval_of_nan_weights_fails()
+    test_non_finite_weights_and_logits()
     test_empty_config_says_defaults()
     test_mfu_never_above_100_percent()
     test_bad_gemm_choice_stops_before_output()

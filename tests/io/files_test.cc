@@ -135,16 +135,21 @@ TEST_F(FilesTest, AtomicFileReplacesARegularFileAndLeavesNoTemporary) {
   EXPECT_FALSE(fs::exists(p + ".tmp"));
 }
 
-TEST_F(FilesTest, AtomicFileRemovesAStaleTemporaryAndNeverWritesThroughALink) {
+// A file at the temporary's name may be the user's (report.tmp beside
+// report): it keeps its bytes, and the write takes a name of its own.
+TEST_F(FilesTest, AtomicFileLeavesAFileAtItsTemporaryNameAndNeverWritesThroughALink) {
   const std::string p = path("ckpt");
-  write("ckpt.tmp", std::string(1000, 'x'));  // left by a killed save
+  write("ckpt.tmp", std::string(1000, 'x'));
   {
     AtomicFile f(p, "k");
+    EXPECT_TRUE(fs::exists(p + "." + std::to_string(::getpid()) + ".tmp"));
     f.write("ok", 2);
     f.commit();
   }
   EXPECT_EQ(read(p), "ok");
-  EXPECT_FALSE(fs::exists(p + ".tmp"));
+  EXPECT_EQ(read(p + ".tmp"), std::string(1000, 'x'));
+  EXPECT_FALSE(fs::exists(p + "." + std::to_string(::getpid()) + ".tmp"));
+  fs::remove(p + ".tmp");
   // A link planted at the temporary's name: refused, its target untouched.
   const std::string victim = write("victim", "precious");
   fs::create_symlink(victim, p + ".tmp");
@@ -170,7 +175,7 @@ TEST_F(FilesTest, AtomicFileWithATagLeavesTheOtherWritersTemporary) {
   ASSERT_TRUE(fs::exists(p + ".tmp"));  // the first writer's, untouched
   first.commit();
   EXPECT_EQ(read(p), "first");
-  // A stale temporary of the tagged name is removed like the untagged one.
+  // A file at the tagged name is left alone as at the untagged one.
   write("shard.snapshot-7.tmp", "stale");
   {
     AtomicFile again(p, "k", false, "snapshot-7");
@@ -178,6 +183,7 @@ TEST_F(FilesTest, AtomicFileWithATagLeavesTheOtherWritersTemporary) {
     again.commit();
   }
   EXPECT_EQ(read(p), "third");
+  EXPECT_EQ(read(p + ".snapshot-7.tmp"), "stale");
 }
 
 TEST_F(FilesTest, AtomicFileNeverReplacesADeviceFifoOrLink) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/host_memory.h"
 
 namespace remat {
 namespace {
@@ -106,6 +107,15 @@ TEST_F(NpyTest, ReadsEmptyArrayAndHeaderVariants) {
   const std::string other = "{\"shape\": (2,), \"fortran_order\": False, \"descr\": \"<u2\"}";
   EXPECT_EQ(read_npy_tokens(write_raw("other.npy", other, raw<uint16_t>({3, 4}))),
             (std::vector<int32_t>{3, 4}));
+}
+
+// A shape of more ids than half the RAM holds is refused from the header,
+// before anything is allocated (a sparse file that large ended in bad_alloc).
+TEST_F(NpyTest, MoreTokensThanMemoryHoldsAreRefusedFromTheHeader) {
+  const int64_t count = physical_memory_bytes() / 2 / 4 + 1;
+  const std::string p = write_raw("huge.npy", dict("<u2", "(" + std::to_string(count) + ",)"), "");
+  EXPECT_NE(error_of(p).find("fit in half of this machine's memory"), std::string::npos)
+      << error_of(p);
 }
 
 TEST_F(NpyTest, ValuesOutOfRangeNameFileAndIndex) {
