@@ -88,13 +88,13 @@ int64_t append_jsonl(const std::string& path, const std::string& content,
 }
 
 // Splits a fortune file at lines holding only "%" and appends each quote.
-int64_t append_fortunes(const std::string& content, const Tokenizer& tokenizer,
-                        std::vector<int32_t>& out) {
+int64_t append_fortunes(const std::string& content, const Tokenizer& tokenizer, TokenDataset& out) {
   int64_t quotes = 0;
   std::string quote;
   auto flush = [&] {
     if (quote.find_first_not_of(" \t\r\n") != std::string::npos) {
-      tokenizer.append_document(quote, out);
+      out.document_starts.push_back(static_cast<int64_t>(out.tokens.size()));
+      tokenizer.append_document(quote, out.tokens);
       ++quotes;
     }
     quote.clear();
@@ -166,7 +166,7 @@ TokenDataset load_fortunes(const std::string& dir, int64_t vocab_size,
   Progress progress("reading the fortunes in " + dir + " (files)",
                     static_cast<int64_t>(files.size()), ProgressUnit::kItems);
   for (size_t i = 0; i < files.size(); ++i) {
-    quotes += append_fortunes(read_text_file(files[i]), *text_tokenizer, data.tokens);
+    quotes += append_fortunes(read_text_file(files[i]), *text_tokenizer, data);
     progress.update(static_cast<int64_t>(i + 1));
   }
   if (data.tokens.empty())
@@ -196,11 +196,14 @@ TokenDataset load_training_tokens(const JobConfig& cfg, int64_t vocab_size) {
   return load_fortunes(kFortunesDir, vocab_size, cfg.model.tokenizer);
 }
 
-HeldOutSplit split_held_out(const std::vector<int32_t>& tokens, double fraction) {
+HeldOutSplit split_held_out(const TokenDataset& data, double fraction) {
+  const std::vector<int32_t>& tokens = data.tokens;
   const auto n = static_cast<int64_t>(tokens.size());
   const auto tail = static_cast<int64_t>(static_cast<double>(n) * fraction);
   const int64_t from = std::clamp<int64_t>(n - tail, std::min<int64_t>(1, n), n);
-  const auto cut = std::find(tokens.begin() + from, tokens.end(), ByteTokenizer::kBos);
+  const auto start =
+      std::lower_bound(data.document_starts.begin(), data.document_starts.end(), from);
+  const auto cut = start == data.document_starts.end() ? tokens.end() : tokens.begin() + *start;
   if (cut == tokens.end())
     throw InputError("dataset error: no document starts in the last " +
                      std::to_string(fraction * 100) +

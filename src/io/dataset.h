@@ -23,6 +23,9 @@ struct TokenDataset {
   // One line for the log: where the tokens came from and how many there are,
   // e.g. "fortunes (61 files in /usr/share/games/fortunes, 15,284 quotes): 2,652,171 tokens".
   std::string description;
+  // Where each document starts in `tokens` (the built-in data, whose
+  // held-out part begins at one); empty for a file's tokens.
+  std::vector<int64_t> document_starts;
 };
 
 // The training tokens of a job: training.dataset_path if set, else the
@@ -48,15 +51,16 @@ TokenDataset load_fortunes(const std::string& dir, int64_t vocab_size,
                            const std::string& tokenizer = "byte");
 
 // The built-in data's held-out part, for validation while training: the
-// documents from the first BOS at or after token n - n * fraction to the end
-// (so no document is in both parts); `train` is everything before it and the
-// only part a training run reads. Deterministic. InputError when there is no
-// such BOS after the first token (nothing could be held out).
+// documents from the first document start at or after token n - n * fraction
+// to the end (so no document is in both parts); `train` is everything before
+// it and the only part a training run reads. Deterministic, and the same
+// whatever ids the tokenizer gives (it may have no BOS). InputError when no
+// document starts after the first token (nothing could be held out).
 struct HeldOutSplit {
   std::vector<int32_t> train, held_out;
 };
 inline constexpr double kHeldOutFraction = 0.01;
-HeldOutSplit split_held_out(const std::vector<int32_t>& tokens, double fraction);
+HeldOutSplit split_held_out(const TokenDataset& data, double fraction);
 
 // Training batches from a token stream. The stream is cut into windows of
 // seq_len + 1 tokens with stride seq_len (window w starts at token w*seq_len,

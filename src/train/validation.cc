@@ -39,11 +39,13 @@ TokenDataset validation_tokens(const JobConfig& config, TokenDataset& training,
           config.validation.dataset.c_str(), t.dataset_path.c_str());
     }
   } else if (t.dataset_path.empty()) {
-    HeldOutSplit split = split_held_out(training.tokens, kHeldOutFraction);
+    HeldOutSplit split = split_held_out(training, kHeldOutFraction);
     data.description = "the last " + with_thousands(split.held_out.size()) + " tokens of " +
                        t.dataset + ", held out (never trained on)";
     data.tokens = std::move(split.held_out);
     training.tokens = std::move(split.train);
+    std::erase_if(training.document_starts,
+                  [&](int64_t start) { return start >= std::ssize(training.tokens); });
     training.description +=
         ", less the " + with_thousands(data.tokens.size()) + " held out for validation";
   } else {

@@ -187,27 +187,38 @@ TEST(Fortunes, DefaultDatasetIsRealText) {
 
 TEST(HeldOut, CutsAtADocumentStartNearTheEnd) {
   // Four documents in 16 tokens; 40% is 6 tokens, so the held-out part
-  // starts at the first BOS at or after token 10.
-  const std::vector<int32_t> t = {B, 1, E, B, 2, 2, E, B, 3, E, B, 4, 4, 4, 4, E};
-  const HeldOutSplit s = split_held_out(t, 0.4);
+  // starts at the first document start at or after token 10.
+  const TokenDataset d{{B, 1, E, B, 2, 2, E, B, 3, E, B, 4, 4, 4, 4, E}, "", {0, 3, 7, 10}};
+  const std::vector<int32_t>& t = d.tokens;
+  const HeldOutSplit s = split_held_out(d, 0.4);
   EXPECT_EQ(s.train, std::vector<int32_t>(t.begin(), t.begin() + 10));
   EXPECT_EQ(s.held_out, std::vector<int32_t>(t.begin() + 10, t.end()));
   // Deterministic, and the parts are disjoint and cover the stream in order.
-  EXPECT_EQ(split_held_out(t, 0.4).held_out, s.held_out);
+  EXPECT_EQ(split_held_out(d, 0.4).held_out, s.held_out);
   // The search starts at token 1 at the latest: the whole stream is never held out.
-  EXPECT_EQ(split_held_out(t, 1.0).train, std::vector<int32_t>(t.begin(), t.begin() + 3));
+  EXPECT_EQ(split_held_out(d, 1.0).train, std::vector<int32_t>(t.begin(), t.begin() + 3));
   EXPECT_NE(error_of([&] {
-              split_held_out({B, 1, 2, E}, 0.5);
+              split_held_out(TokenDataset{{B, 1, 2, E}, "", {0}}, 0.5);
             }).find("validation.dataset"),
             std::string::npos);
+}
+
+// A tokenizer without BOS, or one whose id 256 is a word piece: the cut is
+// where a document starts, whatever ids are there (it was the first 256).
+TEST(HeldOut, CutsWhereADocumentStartsWhateverItsIds) {
+  const TokenDataset d{{5, 256, 6, 7, 256, 8, 9, 9}, "", {0, 3, 5}};
+  const HeldOutSplit s = split_held_out(d, 0.5);
+  EXPECT_EQ(s.held_out, std::vector<int32_t>({8, 9, 9}));
+  EXPECT_EQ(s.train, std::vector<int32_t>({5, 256, 6, 7, 256}));
 }
 
 TEST(HeldOut, FortunesTailIsNeverTrainedOn) {
   if (!fs::is_directory(kFortunesDir)) GTEST_SKIP() << "Debian package fortunes not installed";
   JobConfig cfg;
   cfg.validation.enabled = true;
-  const std::vector<int32_t> all = load_training_tokens(cfg, 2048).tokens;
-  const HeldOutSplit s = split_held_out(all, kHeldOutFraction);
+  const TokenDataset data = load_training_tokens(cfg, 2048);
+  const std::vector<int32_t>& all = data.tokens;
+  const HeldOutSplit s = split_held_out(data, kHeldOutFraction);
   EXPECT_EQ(s.train.size() + s.held_out.size(), all.size());
   EXPECT_EQ(s.held_out.front(), B);
   // About 1%: no more, less only by the part of the quote the cut skips.
