@@ -1,5 +1,8 @@
 #include "cli/commands.h"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 #include <filesystem>
@@ -18,11 +21,13 @@
 #include "io/config.h"
 #include "io/files.h"
 #include "io/tokenizer.h"
+#include "kernels/cpu/kernels.h"
 #include "planner/pareto_output.h"
 #include "planner/plan_command.h"
 #include "planner/timeline_output.h"
 #include "train/checkpoint.h"
 #include "train/evaluate.h"
+#include "train/profile_trace.h"
 #include "train/trainer.h"
 
 namespace remat {
@@ -81,7 +86,28 @@ void print_startup(const JobConfig& config, FILE* out) {
   std::fflush(out);
 }
 
+// The REMAT_* variables are checked whatever the command, so a bad value is
+// never silently ignored by a command that does not use it; a name remat
+// does not read (a typo: REMAT_PROFLIE=1) is warned about.
+void check_environment() {
+  cpu::check_kernel_environment();
+  profiling_asked_by_environment();
+  static const char* const kKnown[] = {"REMAT_MAX_ISA", "REMAT_FP32_GEMM", "REMAT_BF16_KERNEL",
+                                       "REMAT_PROFILE"};
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string entry = *e;
+    if (!entry.starts_with("REMAT_")) continue;
+    const std::string name = entry.substr(0, entry.find('='));
+    if (std::find(std::begin(kKnown), std::end(kKnown), name) == std::end(kKnown))
+      std::fprintf(stderr,
+                   "warning: %s is not a variable remat reads (known: REMAT_MAX_ISA, "
+                   "REMAT_FP32_GEMM, REMAT_BF16_KERNEL, REMAT_PROFILE); ignored\n",
+                   name.c_str());
+  }
+}
+
 int dispatch(int argc, char** argv, Communicator& comm) {
+  check_environment();
   std::vector<std::string> args;
   for (int i = 1; i < argc; ++i) args.push_back(argv[i]);
   if (!args.empty() && args[0] == "tokenizer")  // needs no job config

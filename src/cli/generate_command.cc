@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <memory>
 #include <vector>
 
@@ -36,12 +37,19 @@ bool parse_whole(const std::string& text, T& value) {
   throw InputError("--" + flag + " " + value + ": expected " + expected);
 }
 
-int64_t integer_flag(const CommandLine& c, const std::string& flag, int64_t fallback,
-                     int64_t minimum, const std::string& expected) {
+// A whole number of type T, at least `minimum`; one past T's range is told
+// the range (its digits met "expected an integer >= 1" otherwise).
+template <typename T>
+T integer_flag(const CommandLine& c, const std::string& flag, T fallback, T minimum,
+               const std::string& expected) {
   const auto it = c.extra.find(flag);
   if (it == c.extra.end()) return fallback;
-  int64_t value = 0;
-  if (!parse_whole(it->second, value) || value < minimum) bad_flag(flag, it->second, expected);
+  const std::string& text = it->second;
+  T value = 0;
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec == std::errc::result_out_of_range)
+    bad_flag(flag, text, expected + ", at most " + std::to_string(std::numeric_limits<T>::max()));
+  if (!parse_whole(text, value) || value < minimum) bad_flag(flag, text, expected);
   return value;
 }
 
@@ -61,10 +69,12 @@ GenerateFlags parse_generate_flags(const CommandLine& c) {
   if (f.prompt.empty())
     throw InputError("--prompt is empty: expected the text to continue, e.g. --prompt \"The\"");
   f.ids = c.ids;
-  f.max_new_tokens = integer_flag(c, "max_new_tokens", f.max_new_tokens, 1, "an integer >= 1");
+  f.max_new_tokens =
+      integer_flag<int64_t>(c, "max_new_tokens", f.max_new_tokens, 1, "an integer >= 1");
   f.sampling.top_k =
-      integer_flag(c, "top_k", 0, 0, "an integer >= 0 (the k most likely tokens; 0: all)");
-  f.sampling.seed = static_cast<uint64_t>(integer_flag(c, "seed", 0, 0, "an integer >= 0"));
+      integer_flag<int64_t>(c, "top_k", 0, 0, "an integer >= 0 (the k most likely tokens; 0: all)");
+  // The generator takes all 64 bits, as torch.manual_seed does.
+  f.sampling.seed = integer_flag<uint64_t>(c, "seed", 0, 0, "an integer >= 0");
   f.sampling.temperature = real_flag(c, "temperature", f.sampling.temperature);
   if (!(f.sampling.temperature >= 0))
     bad_flag("temperature", c.extra.at("temperature"), "a number >= 0 (0: greedy)");

@@ -13,14 +13,18 @@
 
 namespace remat {
 
-bool profiling_on(const JobConfig& config) {
+bool profiling_asked_by_environment() {
   const char* value = std::getenv("REMAT_PROFILE");
   const std::string setting = value == nullptr ? "" : value;
   if (setting != "" && setting != "0" && setting != "1")
     throw InputError("REMAT_PROFILE=\"" + setting +
                      "\": expected 1 (profile the run, as profiling.enable_profiling), 0 or "
                      "unset");
-  return config.profiling.enable_profiling || setting == "1";
+  return setting == "1";
+}
+
+bool profiling_on(const JobConfig& config) {
+  return profiling_asked_by_environment() || config.profiling.enable_profiling;
 }
 
 std::string profile_trace_path(const std::string& dump_folder, const std::string& traces_folder,

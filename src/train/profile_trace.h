@@ -16,6 +16,8 @@ namespace remat {
 // environment's REMAT_PROFILE=1 (0 or empty: off). InputError for another
 // REMAT_PROFILE: "yes" or "0" read as on would write traces unasked.
 bool profiling_on(const JobConfig& config);
+// REMAT_PROFILE=1 (InputError for a value other than 0, 1 or unset).
+bool profiling_asked_by_environment();
 
 // Where torchtitan puts rank `rank`'s trace of `step`:
 // dump_folder/save_traces_folder/iteration_<step>/rank<rank>_trace.json.

@@ -294,6 +294,29 @@ def test_bad_gemm_choice_stops_before_output():
                   f"(got {proc.returncode}: {proc.stderr.strip()[:120]})")
 
 
+def test_variables_checked_by_every_command():
+    """A bad REMAT_* value is exit 2 whatever the command, also one that does not
+    use it (an fp32 run and REMAT_BF16_KERNEL, generate and REMAT_PROFILE); a
+    name remat does not read is warned about."""
+    with tempfile.TemporaryDirectory(prefix="remat-fail-") as tmp:
+        tmp = Path(tmp)
+        for command, variable in ((train_args(tmp, "--training.steps", "1"), "REMAT_BF16_KERNEL"),
+                                  ([REMAT, "generate", "--config", CONFIG, "--prompt", "x"],
+                                   "REMAT_PROFILE"),
+                                  ([REMAT, "plan", "--config", CONFIG], "REMAT_BF16_KERNEL")):
+            proc = subprocess.run(command, cwd=tmp, capture_output=True, text=True,
+                                  timeout=TIMEOUT_S, env={**os.environ, variable: "2"})
+            check(proc.returncode == 2 and f'{variable}="2"' in proc.stderr
+                  and not (tmp / "out").exists(),
+                  f"{command[1]} with {variable}=2: exit 2 naming it, nothing written "
+                  f"(got {proc.returncode}: {proc.stderr.strip()[-120:]})")
+        proc = subprocess.run([REMAT, "plan", "--config", CONFIG], cwd=tmp, capture_output=True,
+                              text=True, timeout=TIMEOUT_S, env={**os.environ, "REMAT_PROFLIE": "1"})
+        check(proc.returncode == 0 and "REMAT_PROFLIE is not a variable remat reads" in proc.stderr,
+              f"a misspelt REMAT_PROFLIE is warned about (got {proc.returncode}: "
+              f"{proc.stderr.strip()[-120:]})")
+
+
 def test_profile_variable_is_one_or_zero():
     """REMAT_PROFILE=1 profiles, 0 does not (it used to: any value did), and
     another value exits 2 naming it before anything is written."""
@@ -370,6 +393,7 @@ def main():
     test_nan_stops_the_run()
     test_stale_temporary_is_removed_and_checksums_stored()
     test_non_finite_weights_and_logits()
+    test_variables_checked_by_every_command()
     test_empty_config_says_defaults()
     test_mfu_never_above_100_percent()
     test_bad_gemm_choice_stops_before_output()

@@ -28,9 +28,12 @@
 
 namespace remat::cpu {
 
-// Sets the thread count used by OpenMP kernels and OpenBLAS; checks the ISA
-// cap (isa_capped_at_avx2) and REMAT_FP32_GEMM (gemm_fp32.h) first, so a run
-// starts with a bad one refused.
+// Checks the variables that choose kernels: the ISA cap (isa_capped_at_avx2),
+// REMAT_FP32_GEMM (gemm_fp32.h) and REMAT_BF16_KERNEL (bf16.h), whether or
+// not the run uses what they choose: InputError for a bad one.
+void check_kernel_environment();
+// Sets the thread count used by OpenMP kernels and OpenBLAS, after
+// check_kernel_environment(), so a run starts with a bad variable refused.
 void set_num_threads(int threads);
 // Runs fn once on each thread of the kernels' OpenMP pool (num_threads of
 // them, the calling thread among them), at the same time.

@@ -8,6 +8,7 @@
 #include <memory>
 #include <new>
 
+#include "kernels/cpu/bf16.h"
 #include "kernels/cpu/gemm_fp32.h"
 #include "kernels/cpu/internal.h"
 #include "kernels/cpu/kernels.h"
@@ -18,9 +19,14 @@ namespace {
 std::atomic<int> g_threads{0};  // 0: not set yet, use the OpenMP default
 }
 
+void check_kernel_environment() {
+  isa_capped_at_avx2();
+  fp32_gemm();
+  bf16_gemm();
+}
+
 void set_num_threads(int threads) {
-  isa_capped_at_avx2();  // a bad cap stops the run here, before any kernel
-  fp32_gemm();           // so does a bad REMAT_FP32_GEMM
+  check_kernel_environment();  // a bad variable stops the run here, before any kernel
   if (threads < 1) threads = 1;
   g_threads.store(threads);
   omp_set_num_threads(threads);
