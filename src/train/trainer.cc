@@ -25,6 +25,7 @@
 #include "core/error.h"
 #include "core/format.h"
 #include "core/host_memory.h"
+#include "generate/sampler.h"
 #include "io/dataset.h"
 #include "io/files.h"
 #include "io/safetensors.h"
@@ -537,6 +538,9 @@ class Trainer {
   void report_divergence(int64_t step, double loss, double grad_norm) const;
   RunRecord run_record() const;
   void save(int64_t step) const;
+  // Whether the state a save would write is finite on every rank (a
+  // collective); reports the step whose update overflowed when not.
+  bool finite_to_save(int64_t step) const;
   int finish(int64_t step, bool diverged, int signal, int64_t abandoned_microbatches) const;
   void print_memory(int64_t step) const;
   void print_communication() const;
@@ -736,8 +740,10 @@ Trainer::StepEnd Trainer::train_step(int64_t step, const StopSignals& stop, int&
   if (validator_ && step % config_.validation.freq == 0) validate(step);
   if (sample_tokenizer_ && step % config_.metrics.sample_freq == 0) sample(step);
   if (config_.checkpoint.enable && step % config_.checkpoint.interval == 0 &&
-      !saved_by_snapshots(step))
+      !saved_by_snapshots(step)) {
+    if (!finite_to_save(step)) return StepEnd::kDiverged;
     save(step);
+  }
   return StepEnd::kCompleted;
 }
 
@@ -882,8 +888,13 @@ void Trainer::validate(int64_t step) {
 // step's, and its time is left out of the metrics window.
 void Trainer::sample(int64_t step) {
   const Clock::time_point start = Clock::now();
-  const std::string text =
-      training_sample(config_, session_.state, session_.allocator, *sample_tokenizer_);
+  std::string text;
+  try {
+    text = training_sample(config_, session_.state, session_.allocator, *sample_tokenizer_);
+  } catch (const NonFiniteLogits&) {
+    // The update overflowed: the next step's loss stops the run, saying so.
+    text = "(none: the logits are not finite)";
+  }
   window_.start += Clock::now() - start;
   run_peak_ = std::max(run_peak_, session_.allocator.peak());
   std::printf("sample step: %2lld  %s\n", static_cast<long long>(step), text.c_str());
@@ -952,6 +963,37 @@ void Trainer::save(int64_t step) const {
   comm_.set_timeout(config_.comm.train_timeout_seconds);
 }
 
+// An update that overflowed (an absurd optimizer.lr) leaves inf in the
+// weights a step before any loss shows it, and no checkpoint may hold one.
+// Checked where a save would write, not after every update: a scan of the
+// whole state each step would cost a pass over it.
+bool Trainer::finite_to_save(int64_t step) const {
+  bool finite = true;
+  auto scan = [&](std::span<const float> values) {
+    finite = finite && all_finite(values.data(), std::ssize(values));
+  };
+  if (session_.sharded) {
+    const ReplicaShards mine =
+        owned_shards_of(*session_.sharded, session_.state, /*with_optimizer=*/true);
+    for (const auto* part : {&mine.shards.params, &mine.shards.exp_avg, &mine.shards.exp_avg_sq})
+      for (std::span<const float> values : *part) scan(values);
+  } else {
+    const ModelState& state = session_.state;
+    for (const auto* part : {&state.params, &state.exp_avg, &state.exp_avg_sq})
+      for (const Tensor& t : *part)
+        if (t.defined()) scan({HostView(*state.backend, t).data(), static_cast<size_t>(t.numel())});
+  }
+  if (comm_.size() > 1) finite = comm_.min(finite ? 1 : 0, "agreement on a finite state") == 1;
+  if (finite) return true;
+  std::fflush(stdout);
+  std::fprintf(stderr,
+               "error: step %lld's optimizer update (optimizer.lr %g) left NaN or inf in the "
+               "weights or AdamW moments; training stopped and no checkpoint is written for it "
+               "(lower optimizer.lr, or resume from an earlier checkpoint)\n",
+               static_cast<long long>(step), lr_.at(step));
+  return false;
+}
+
 // After a stop signal every rank forks a snapshot of each step it completes
 // (StopSnapshot): when every rank's child of this step wrote its shard, the
 // last of them wrote the index, and a save would only write the same bytes
@@ -984,10 +1026,12 @@ int Trainer::finish(int64_t step, bool diverged, int signal, int64_t abandoned_m
     // The signal may have reached other ranks only, or not yet the watcher.
     if (signal && snapshot_) snapshot_->start();
     const bool snapshots = saved_by_snapshots(step);
-    if (!snapshots) save(step);
-    std::printf("checkpoint written to %s%s\n",
-                checkpoint_path(config_, step, sharded_checkpoints_).c_str(),
-                snapshots ? " (by the snapshots forked at the signal)" : "");
+    diverged = !snapshots && !finite_to_save(step);
+    if (!snapshots && !diverged) save(step);
+    if (!diverged)
+      std::printf("checkpoint written to %s%s\n",
+                  checkpoint_path(config_, step, sharded_checkpoints_).c_str(),
+                  snapshots ? " (by the snapshots forked at the signal)" : "");
   }
   if (data_parallel_.ranks() > 1) {
     data_parallel_.check_replicas("at the end");

@@ -212,6 +212,26 @@ def test_stale_temporary_is_removed_and_checksums_stored():
                   "checkpoint metadata holds the step and a CRC-32C per tensor")
 
 
+def test_overflowing_update_is_no_internal_error():
+    """An update that overflows the weights (optimizer.lr 1e308) with a finite
+    loss and gradient: the save after it, at the interval or at the end, stops
+    the run with exit 1 naming the step and the lr (it was an internal error),
+    and writes no checkpoint."""
+    for extra in (["--checkpoint.interval", "1", "--training.steps", "3"],
+                  ["--checkpoint.interval", "5", "--training.steps", "1",
+                   "--metrics.sample_freq", "1"]):
+        with tempfile.TemporaryDirectory(prefix="remat-fail-") as tmp:
+            tmp = Path(tmp)
+            proc = run(train_args(tmp, "--optimizer.lr", "1e308", "--checkpoint.enable", "true",
+                                  *extra), tmp)
+            saved = list((tmp / "out" / "checkpoint").glob("step-*"))
+            check(proc.returncode == 1 and "step 1's optimizer update" in proc.stderr
+                  and "left NaN or inf" in proc.stderr and "internal error" not in proc.stderr
+                  and not saved,
+                  f"lr 1e308 ({' '.join(extra)}): exit 1 naming the step, no checkpoint (got "
+                  f"{proc.returncode}, {[p.name for p in saved]}: {proc.stderr.strip()[-200:]})")
+
+
 def filled_checkpoint(tmp, source, tensor, value, name):
     """`source` with every element of `tensor` set to `value` (its CRC dropped)."""
     data = source.read_bytes()
@@ -393,6 +413,7 @@ def main():
     test_nan_stops_the_run()
     test_stale_temporary_is_removed_and_checksums_stored()
     test_non_finite_weights_and_logits()
+    test_overflowing_update_is_no_internal_error()
     test_variables_checked_by_every_command()
     test_empty_config_says_defaults()
     test_mfu_never_above_100_percent()
