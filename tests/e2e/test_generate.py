@@ -157,6 +157,20 @@ def sentencepiece(tmp):
     check(p.returncode == 0 and p.stdout.startswith("The meaning of life") and
           len(p.stdout) > len("The meaning of life\n"),
           f"SentencePiece: the prompt and its continuation: {p.stdout!r} {p.stderr[-300:]}")
+    # grads reads a text --tokens with the model's tokenizer, as eval does (it
+    # used bytes whatever the tokenizer): the same 2 rows give the same loss.
+    sample = tmp / "sample.txt"
+    sample.write_text(corpus[:4000])
+    weights = ["--checkpoint.load", str(sp_dir / "checkpoint" / "step-0.safetensors")]
+    g = run(["grads", "--tokens", str(sample), "--out", str(tmp / "g.safetensors"), *weights],
+            sp_dir, model)
+    e = run(["eval", "--validation.dataset", str(sample), "--validation.steps", "2", *weights],
+            sp_dir, model)
+    losses = [re.search(r"loss: (\S+)", proc.stdout) for proc in (g, e)]
+    same = all(losses) and abs(float(losses[0].group(1)) - float(losses[1].group(1))) < 1e-4
+    check(g.returncode == e.returncode == 0 and same,
+          f"SentencePiece: grads of a text file tokenizes it as eval does (loss "
+          f"{[m.group(1) if m else None for m in losses]}) {g.stderr[-200:]}")
 
 
 def bad_inputs(tmp, seed):
