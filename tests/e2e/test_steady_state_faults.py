@@ -65,8 +65,10 @@ def main():
                 args = ["--config", config, AC + "mode", *mode, *extra]
                 faults = step_faults(args, tmp, env)
                 assert len(faults) == STEPS, faults
-                # Step 1 faults in the run's memory: the count is real.
-                assert faults[0] > 1000, faults
+                # Warm-up faults in the run's memory: the count is real. (Step 1
+                # alone was held to more than 1000 pages, and faulted 993-1047
+                # on the OpenBLAS runs: at the edge of that bound.)
+                assert sum(faults[:WARMUP]) > 1000, faults
                 steady = sum(faults[WARMUP:])
                 assert steady <= SLACK_PAGES, (config, mode, env, faults)
                 print(f"ok: {config} {mode[0]} {env or 'default GEMM'} {' '.join(extra)}: "
