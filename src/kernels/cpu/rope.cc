@@ -4,6 +4,7 @@
 // element, the bits of the fp32 kernel on a widened copy, rounded.
 #include <cmath>
 #include <stdexcept>
+#include <vector>
 
 #include "kernels/cpu/bf16.h"
 #include "kernels/cpu/internal.h"
@@ -15,6 +16,13 @@ namespace remat::cpu {
 namespace {
 
 constexpr int64_t kMaxPairs = 512;  // head_dim up to 1024
+
+// The calling thread's table of cos and sin per position: reused from call to
+// call (the same size every step), so a steady-state step allocates nothing.
+std::vector<float>& rope_table() {
+  thread_local std::vector<float> table;
+  return table;
+}
 
 // How the rotated values reach `out`.
 enum class Store {
@@ -68,30 +76,43 @@ void rope_apply(X x, int64_t batch, int64_t seq, int64_t first, int64_t heads, i
   double freq[kMaxPairs];
   for (int64_t i = 0; i < pairs; ++i)
     freq[i] = std::pow(theta, -static_cast<double>(2 * i) / static_cast<double>(head_dim));
+  // Per position, per element of a head: cs = (c, s) and sc = (-s, c) of its
+  // pair, computed once per call and shared by the batch.
+  std::vector<float>& table = rope_table();
+  table.resize(static_cast<size_t>(2 * seq * head_dim));
   const int nt = num_threads();
-#pragma omp parallel for schedule(static) \
-    num_threads(nt) if (batch * seq * row >= detail::kParallelMin)
-  for (int64_t p = 0; p < seq; ++p) {
-    // Per element of a head: cs = (c, s) and sc = (-s, c) of its pair.
-    alignas(32) float cs[2 * kMaxPairs], sc[2 * kMaxPairs];
-    for (int64_t i = 0; i < pairs; ++i) {
-      const double angle = static_cast<double>(first + p) * freq[i];
-      const float c = static_cast<float>(std::cos(angle));
-      const float s = sign * static_cast<float>(std::sin(angle));
-      cs[2 * i] = c;
-      cs[2 * i + 1] = s;
-      sc[2 * i] = -s;
-      sc[2 * i + 1] = c;
+#pragma omp parallel num_threads(nt) if (batch * seq * row >= detail::kParallelMin)
+  {
+#pragma omp for schedule(static)
+    for (int64_t p = 0; p < seq; ++p) {
+      float* cs = table.data() + 2 * p * head_dim;
+      float* sc = cs + head_dim;
+      for (int64_t i = 0; i < pairs; ++i) {
+        const double angle = static_cast<double>(first + p) * freq[i];
+        const float c = static_cast<float>(std::cos(angle));
+        const float s = sign * static_cast<float>(std::sin(angle));
+        cs[2 * i] = c;
+        cs[2 * i + 1] = s;
+        sc[2 * i] = -s;
+        sc[2 * i + 1] = c;
+      }
     }
-    for (int64_t b = 0; b < batch; ++b) {
-      const int64_t xr = (b * seq + p) * row;
+    // Rows (batch, position) in contiguous runs per thread: the rows the
+    // GEMMs around it give each thread (linear.cc), so a thread reads and
+    // writes what its own core made. Split by position instead, each thread
+    // had half of every sequence, and half its rows came from the other core.
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < batch * seq; ++r) {
+      const float* cs = table.data() + 2 * (r % seq) * head_dim;
+      const float* sc = cs + head_dim;
+      const int64_t xr = r * row;
       for (int64_t h = 0; h < heads; ++h) {
         const int64_t xh = xr + h * head_dim;
         for (int64_t j = 0; j < vector_end; j += 8) {
           const __m256 v = x.load(xh + j);
           const __m256 y =
-              _mm256_fmadd_ps(_mm256_moveldup_ps(v), _mm256_load_ps(cs + j),
-                              _mm256_mul_ps(_mm256_movehdup_ps(v), _mm256_load_ps(sc + j)));
+              _mm256_fmadd_ps(_mm256_moveldup_ps(v), _mm256_loadu_ps(cs + j),
+                              _mm256_mul_ps(_mm256_movehdup_ps(v), _mm256_loadu_ps(sc + j)));
           store8<store>(out, xh + j, y);
         }
         for (int64_t j = vector_end; j < head_dim; j += 2) {
