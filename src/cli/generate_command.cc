@@ -16,6 +16,7 @@
 #include "planner/job_options.h"
 #include "planner/setup.h"
 #include "train/checkpoint.h"
+#include "train/evaluate.h"
 #include "train/session.h"
 
 namespace remat {
@@ -168,12 +169,8 @@ int run_generate(const JobConfig& config, const GenerateFlags& flags) {
                            }
                          });
   } catch (const NonFiniteLogits& e) {
-    std::printf("\n");
-    std::fflush(stdout);
-    // As eval says it: the weights are the cause, and no token follows.
-    std::fprintf(stderr, "error: %s: the weights in %s give NaN or infinite logits\n", e.what(),
-                 config.checkpoint.load.c_str());
-    return 1;
+    std::printf("\n");  // ends the text streamed so far
+    return non_finite_logits(e.what(), config.checkpoint.load);
   }
   if (!flags.ids) text.finish();
   std::printf("\n");

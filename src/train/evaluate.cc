@@ -27,6 +27,15 @@ double mean_eval_loss(Executor& executor, std::span<const int32_t> tokens, int64
   return sum / static_cast<double>(rows);
 }
 
+int non_finite_logits(const std::string& what, const std::string& checkpoint,
+                      const std::string& consequence) {
+  std::fflush(stdout);
+  std::fprintf(stderr, "error: %s: the weights in %s give NaN or infinite logits%s%s\n",
+               what.c_str(), checkpoint.c_str(), consequence.empty() ? "" : "; ",
+               consequence.c_str());
+  return 1;
+}
+
 int run_eval(const JobConfig& config) {
   if (config.checkpoint.load.empty()) {
     throw InputError("eval needs weights: pass --checkpoint.load FILE.safetensors");
@@ -50,14 +59,9 @@ int run_eval(const JobConfig& config) {
   Session session(setup, /*with_gradients=*/false);
   load_checkpoint(config.checkpoint.load, session.state, /*with_optimizer=*/false);
   const double mean = mean_eval_loss(session.executor, data.tokens, seq, rows);
-  if (!std::isfinite(mean)) {
-    std::fflush(stdout);
-    std::fprintf(stderr,
-                 "error: validation loss is not finite (%g): the weights in %s give "
-                 "NaN or infinite logits\n",
-                 mean, config.checkpoint.load.c_str());
-    return 1;
-  }
+  if (!std::isfinite(mean))
+    return non_finite_logits("validation loss is not finite (" + std::to_string(mean) + ")",
+                             config.checkpoint.load);
   std::printf("validation loss: %.9g\n", mean);
   std::printf("(%lld rows of %lld tokens from %s)\n", static_cast<long long>(rows),
               static_cast<long long>(seq), config.validation.dataset.c_str());
@@ -94,14 +98,9 @@ int run_dump_gradients(const JobConfig& config, const std::string& tokens_path,
   std::vector<int32_t> inputs(batch * seq), targets(batch * seq);
   fill_eval_rows(data.tokens, seq, 0, batch, inputs, targets);
   const double loss = session.executor.run(Batch{inputs.data(), targets.data()});
-  if (!std::isfinite(loss)) {  // as eval says it; no gradients written
-    std::fflush(stdout);
-    std::fprintf(stderr,
-                 "error: loss is not finite (%g): the weights in %s give NaN or infinite "
-                 "logits; --out is not written\n",
-                 loss, config.checkpoint.load.c_str());
-    return 1;
-  }
+  if (!std::isfinite(loss))
+    return non_finite_logits("loss is not finite (" + std::to_string(loss) + ")",
+                             config.checkpoint.load, "--out is not written");
   const Program& program = setup.program();
   std::vector<SafetensorsEntry> entries;
   std::vector<HostView> host;  // the gradients' bytes on the host

@@ -19,6 +19,14 @@ double mean_eval_loss(Executor& executor, std::span<const int32_t> tokens, int64
                       int64_t rows);
 
 int run_eval(const JobConfig& config);
+
+// Says on stderr that `what` (e.g. "validation loss is not finite (nan)")
+// because the weights of `checkpoint` give NaN or infinite logits, then
+// `consequence` if any; returns exit status 1. Not bad input (the weights
+// load: finite, if huge), and no fault of remat's: eval, grads and generate
+// end so.
+int non_finite_logits(const std::string& what, const std::string& checkpoint,
+                      const std::string& consequence = "");
 // One forward and backward pass on the first batch*(seq+1) tokens of
 // `tokens_path` cut into rows of seq+1 (as the oracle does); prints the loss
 // and writes every parameter's gradient to `out_path`.
