@@ -80,9 +80,10 @@ void check_profile_trace_targets(const JobConfig& config, int64_t start_step, in
   std::error_code ec;
   if (!fs::is_directory(folder, ec)) return;
   for (const fs::directory_entry& entry : fs::directory_iterator(folder, ec)) {
-    const std::optional<int64_t> step =
-        number_in(entry.path().filename().string(), "iteration_", "");
-    if (!traced(step)) continue;
+    const std::string name = entry.path().filename().string();
+    const std::optional<int64_t> step = number_in(name, "iteration_", "");
+    // The folder a trace of that step takes: iteration_7, not iteration_07.
+    if (!traced(step) || name != "iteration_" + std::to_string(*step)) continue;
     check_output_folder(entry.path().string(), kTracesKey);
     check_output_file(profile_trace_path(config.job.dump_folder,
                                          config.profiling.save_traces_folder, *step, rank),
