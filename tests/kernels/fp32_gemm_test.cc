@@ -51,7 +51,8 @@ float at(const std::vector<float>& x, bool trans, int64_t ld, int64_t i, int64_t
 // (recursive summation, first order); a wrong index or a lost block errs by
 // O(1). A fresh or overwritten C starts as NaN.
 TEST(Fp32Gemm, MatchesFp64ReferenceInEveryLayoutAndWrite) {
-  const int64_t shapes[][3] = {{1, 1, 1}, {13, 33, 7}, {40, 70, 513}, {97, 31, 300}};
+  const int64_t shapes[][3] = {
+      {1, 1, 1}, {13, 33, 7}, {40, 70, 513}, {97, 31, 300}, {20, 40, 1100}};
   for (Fp32Gemm gemm : available()) {
     for (const auto& s : shapes) {
       const int64_t m = s[0], n = s[1], k = s[2];
@@ -178,6 +179,27 @@ TEST(Fp32Gemm, DataDependentCallsCutOnlyTheDimensionOverTheRows) {
   detail::gemm_onednn_f32(false, false, 128, n, model, a.data(), model, b.data(), n,
                           CWrite::kAccumulate, c.data(), n);
   EXPECT_EQ(detail::onednn_primitives_created() - before, 1);
+}
+
+// K blocks where A is read along k: never deeper than 512, so a deep
+// product (the output head's dx, k = vocabulary) streams B from L2; short
+// and ragged depths are cut as next_block cuts them.
+TEST(Fp32Gemm, DepthBlocksAreAtMost512) {
+  auto cut = [](int64_t k) {
+    std::vector<int64_t> sizes;
+    for (int64_t rest = k; rest > 0;) {
+      const detail::Block b = detail::next_depth_block(rest);
+      sizes.push_back(b.size);
+      rest -= b.size;
+    }
+    return sizes;
+  };
+  EXPECT_EQ(cut(2048), (std::vector<int64_t>{512, 512, 512, 512}));
+  EXPECT_EQ(cut(2816), (std::vector<int64_t>{512, 512, 512, 512, 512, 256}));
+  EXPECT_EQ(cut(1100), (std::vector<int64_t>{512, 512, 76}));
+  EXPECT_EQ(cut(768), (std::vector<int64_t>{512, 256}));
+  EXPECT_EQ(cut(300), (std::vector<int64_t>{256, 44}));
+  EXPECT_EQ(detail::next_block(2048).size, 2048);  // unchanged elsewhere
 }
 
 // The eltwise linear post-op (1 * x + 0) really turns -0 into +0 inside
