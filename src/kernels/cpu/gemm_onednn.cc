@@ -13,7 +13,6 @@
 #include <oneapi/dnnl/dnnl.hpp>
 #include <string>
 #include <tuple>
-#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
@@ -230,9 +229,9 @@ void gemm_blocked(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, c
   // K blocks up to 512, not 128-deep ones that write and re-read C.
   const bool varying = data_dependent_shapes();
   Block (*next_m)(int64_t) = varying ? next_data_dependent_block : next_block;
-  Block (*next_k)(int64_t) = varying && trans_a                     ? next_data_dependent_block
-                             : std::is_same_v<T, float> && !trans_a ? next_depth_block
-                                                                    : next_block;
+  Block (*next_k)(int64_t) = varying && trans_a ? next_data_dependent_block
+                             : trans_a          ? next_block
+                                                : next_depth_block;
   for (int64_t p0 = 0; p0 < k;) {
     const Block kb = next_k(k - p0);
     const BlockB<T> b_block = block_b(trans_b, n, kb, trans_b ? b + p0 : b + p0 * ldb, ldb);

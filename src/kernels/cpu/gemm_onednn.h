@@ -70,14 +70,15 @@ struct Block {
 };
 Block next_block(int64_t rest);
 
-// The next K block of an fp32 call that reads A along k (not transposed):
+// The next K block of a call that reads A along k (not transposed):
 // next_block, but never deeper than 512. A deeper block's slice of B
-// (k x n floats: 2 MiB at k = 2048, n = 256) no longer fits the L2 that the
-// kernel streams it from for every row block: the output head's dx (k =
-// vocabulary) ran at 0.75-0.85x the rate of 512-deep blocks, the wide
-// model's dx at k = 1024 and 2816 at 0.9-1.0x (bench/fp32_gemm.py's rows,
-// Zen 5). Where A is read transposed, oneDNN copies it per call and the
-// depth made no difference.
+// (k x n: 2 MiB of fp32 at k = 2048, n = 256) no longer fits the L2 that the
+// kernel streams it from for every row block. On Zen 5, 2 threads, against
+// whole-depth blocks: fp32, the output head's dx (k = vocabulary) 1.2-1.3x,
+// the wide model's dx at k = 1024 and 2816 1.0-1.1x (build/fp32_gemm_libraries);
+// bf16, the wide model's dx at k = 1024 1.1x (build/gemm_rates). Where A is
+// read transposed, oneDNN copies it per call and the depth made no
+// difference.
 Block next_depth_block(int64_t rest);
 
 // How many primitives gemm_onednn and gemm_onednn_f32 have created in this
