@@ -220,6 +220,8 @@ int run_cli(int argc, char** argv) {
       return input_failure(comm, e.what());
     } catch (const CommError& e) {
       return failure(comm, "error: ", e.what());  // its message names the rank
+    } catch (const OutputError& e) {
+      return failure(comm, "error: ", e.what());  // disk full and the like
     } catch (const std::exception& e) {
       return failure(comm, "internal error: ", e.what());
     }

@@ -263,13 +263,27 @@ AtomicFile::~AtomicFile() {
   if (!committed_) ::unlink(tmp_.c_str());
 }
 
-void AtomicFile::fail(const std::string& what) {
+void AtomicFile::fail(const std::string& what, bool target_at_fault) {
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;
   ::unlink(tmp_.c_str());
   committed_ = true;  // nothing left to clean up
-  throw InputError(key_ + ": cannot write " + in_quotes(path_) + ": " + what);
+  const std::string message = key_ + ": cannot write " + in_quotes(path_) + ": " + what;
+  if (target_at_fault) throw InputError(message);
+  throw OutputError(message + "; " + in_quotes(path_) + " is untouched");
 }
+
+namespace {
+
+// strerror, naming the cause where the system's words are terse.
+std::string write_error(int error) {
+  std::string text = std::strerror(error);
+  if (error == ENOSPC) text += " (disk full)";
+  if (error == EFBIG) text += " (beyond the file-size limit, ulimit -f)";
+  return text;
+}
+
+}  // namespace
 
 void AtomicFile::write(const void* data, int64_t bytes) {
   const char* p = static_cast<const char*>(data);
@@ -278,7 +292,7 @@ void AtomicFile::write(const void* data, int64_t bytes) {
     const size_t chunk = static_cast<size_t>(std::min<int64_t>(bytes, int64_t{1} << 30));
     const ssize_t n = ::write(fd_, p, chunk);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) fail(std::string(std::strerror(errno)) + (errno == ENOSPC ? " (disk full)" : ""));
+    if (n < 0) fail(write_error(errno));
     p += n;
     bytes -= n;
   }
@@ -286,14 +300,14 @@ void AtomicFile::write(const void* data, int64_t bytes) {
 
 void AtomicFile::commit() {
   // The data must be on disk before the rename makes it the real file.
-  if (::fsync(fd_) != 0) fail(std::string("fsync failed: ") + std::strerror(errno));
+  if (::fsync(fd_) != 0) fail("fsync failed: " + write_error(errno));
   const int fd = std::exchange(fd_, -1);
-  if (::close(fd) != 0) fail(std::string("close failed: ") + std::strerror(errno));
+  if (::close(fd) != 0) fail("close failed: " + write_error(errno));
   // Checked again right before the rename: the target may have changed
   // since the start-up check (a link or device put there meanwhile).
   struct stat st;
   if (::lstat(path_.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
-    fail("it became " + kind_of(st.st_mode) + ", expected a regular file");
+    fail("it became " + kind_of(st.st_mode) + ", expected a regular file", true);
   if (::rename(tmp_.c_str(), path_.c_str()) != 0)
     fail(std::string("rename from ") + in_quotes(tmp_) + " failed: " + std::strerror(errno));
   committed_ = true;
@@ -345,12 +359,22 @@ LineLog& LineLog::operator=(LineLog&& other) noexcept {
 
 void LineLog::write_line(const std::string& line) {
   const std::string text = line + "\n";
+  struct stat st;
+  const off_t end = ::fstat(fd_, &st) == 0 ? st.st_size : -1;
   size_t done = 0;
   while (done < text.size()) {
     const ssize_t n = ::write(fd_, text.data() + done, text.size() - done);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0)
-      throw InputError("cannot append to " + in_quotes(path_) + ": " + std::strerror(errno));
+    if (n < 0) {
+      const int error = errno;
+      // Part of the line may be in: a reader would meet half a JSON line.
+      if (done > 0 && end >= 0 && ::ftruncate(fd_, end) != 0) {
+        throw OutputError("cannot append to " + in_quotes(path_) + ": " + write_error(error) +
+                          "; its last line is cut short (" + std::strerror(errno) + " undoing it)");
+      }
+      throw OutputError("cannot append to " + in_quotes(path_) + ": " + write_error(error) +
+                        "; it ends with its last whole line");
+    }
     done += static_cast<size_t>(n);
   }
 }

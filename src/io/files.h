@@ -75,8 +75,10 @@ void create_folders(const std::string& folder, const std::string& key);
 // that name, it is left alone and `path + ".<pid>.tmp"` is used), which is
 // fsync'ed, renamed over
 // `path` and its folder fsync'ed, so after a crash `path` holds either the
-// old or the new content, never a mix. Any failure removes the temporary and
-// throws InputError (disk full, a target that is not a regular file).
+// old or the new content, never a mix. Any failure removes the temporary:
+// a target that cannot be created or is not a regular file throws
+// InputError, a write, fsync or rename the system refuses (disk full, a
+// file-size limit) OutputError.
 class AtomicFile {
  public:
   // Opens the temporary; `key` names the config key or flag for messages.
@@ -94,7 +96,9 @@ class AtomicFile {
   void commit();  // fsync, rename, fsync the folder
 
  private:
-  [[noreturn]] void fail(const std::string& what);
+  // Removes the temporary and throws: InputError where the target is at
+  // fault, else OutputError.
+  [[noreturn]] void fail(const std::string& what, bool target_at_fault = false);
   std::string path_, tmp_, key_;
   int fd_ = -1;
   bool committed_ = false;
@@ -107,7 +111,9 @@ bool remove_stale_temporary(const std::string& path);
 // An append-only text file for per-step logs (metrics JSONL): opened once
 // (missing folders created; truncated, or appended to when `append`), each
 // line written with one
-// write(2) so a killed run keeps every complete line it logged.
+// write(2) so a killed run keeps every complete line it logged. A line the
+// system refuses part of (disk full) is cut off again, so the file ends
+// with its last whole line, and OutputError thrown.
 class LineLog {
  public:
   LineLog() = default;

@@ -146,7 +146,8 @@ void save_sharded_checkpoint(const std::string& folder, const OwnedShards& shard
   }
   comm.barrier("start of the sharded checkpoint save");
   // Each rank's file size, or why it has none: -1 bad input (an unwritable
-  // folder), -2 anything else; every rank then fails the same way.
+  // folder), -3 a write the system refused (disk full), -2 anything else;
+  // every rank then fails the same way.
   int64_t bytes = -2;
   std::exception_ptr error;
   try {
@@ -154,6 +155,9 @@ void save_sharded_checkpoint(const std::string& folder, const OwnedShards& shard
   } catch (const InputError&) {
     error = std::current_exception();
     bytes = -1;
+  } catch (const OutputError&) {
+    error = std::current_exception();
+    bytes = -3;
   } catch (...) {
     error = std::current_exception();
   }
@@ -166,6 +170,7 @@ void save_sharded_checkpoint(const std::string& folder, const OwnedShards& shard
                                 " could not write its shard (its message says why); no index "
                                 "written";
     if (sizes[r] == -1) throw InputError(message);
+    if (sizes[r] == -3) throw OutputError(message);
     throw std::runtime_error(message);
   }
   int64_t written = 1;

@@ -13,6 +13,9 @@
 - A stale step-*.safetensors.tmp from a killed save is removed at the next start.
 - Checkpoints carry a CRC-32C per tensor; NaN weights are refused on load (exit 2);
   weights whose logits overflow make eval, generate and grads exit 1.
+- A save the system refuses (a file-size limit here; a full disk takes the
+  same path) is exit 1 naming the file and why: the checkpoint before it
+  unchanged, no temporary left, every metrics line whole.
 - A config that sets no keys says the defaults are used.
 - REMAT_PROFILE is 1 (profile), 0 or unset; another value exits 2.
 
@@ -22,6 +25,7 @@ import json
 import re
 import math
 import os
+import resource
 import signal
 import struct
 import subprocess
@@ -232,6 +236,36 @@ def test_overflowing_update_is_no_internal_error():
                   f"{proc.returncode}, {[p.name for p in saved]}: {proc.stderr.strip()[-200:]})")
 
 
+def test_refused_save_keeps_the_checkpoint_before():
+    """A checkpoint save past a file-size limit (ulimit -f): EFBIG, the error a
+    full disk's ENOSPC shares a path with. It was exit 2, bad input, though
+    nothing the user gave was wrong."""
+    with tempfile.TemporaryDirectory(prefix="remat-fail-") as tmp:
+        tmp = Path(tmp)
+        first = run(train_args(tmp, "--training.steps", "1", "--checkpoint.enable", "true"), tmp)
+        folder = tmp / "out" / "checkpoint"
+        saved = folder / "step-1.safetensors"
+        before = saved.read_bytes() if saved.is_file() else b""
+        limit = max(len(before) // 2, 65536)
+
+        def limited():
+            resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
+
+        proc = subprocess.run(
+            train_args(tmp, "--training.steps", "2", "--checkpoint.enable", "true",
+                       "--metrics.jsonl_path", str(tmp / "limited.jsonl")),
+            cwd=tmp, capture_output=True, text=True, timeout=TIMEOUT_S, preexec_fn=limited)
+        left = sorted(p.name for p in folder.iterdir())
+        lines = metrics_lines(tmp / "limited.jsonl")
+        check(first.returncode == 0 and len(before) > limit and proc.returncode == 1
+              and "step-2.safetensors" in proc.stderr and "file-size limit" in proc.stderr
+              and "internal error" not in proc.stderr and left == ["step-1.safetensors"]
+              and saved.read_bytes() == before and [l["step"] for l in lines] == [2],
+              "a save past the file-size limit: exit 1 naming the file and the limit, step-1 "
+              f"unchanged, no temporary, metrics whole (got {proc.returncode}, {left}, "
+              f"{proc.stderr.strip()[-300:]})")
+
+
 def filled_checkpoint(tmp, source, tensor, value, name):
     """`source` with every element of `tensor` set to `value` (its CRC dropped)."""
     data = source.read_bytes()
@@ -414,6 +448,7 @@ def main():
     test_stale_temporary_is_removed_and_checksums_stored()
     test_non_finite_weights_and_logits()
     test_overflowing_update_is_no_internal_error()
+    test_refused_save_keeps_the_checkpoint_before()
     test_variables_checked_by_every_command()
     test_empty_config_says_defaults()
     test_mfu_never_above_100_percent()

@@ -5,10 +5,12 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -238,6 +240,74 @@ TEST_F(FilesTest, LineLogTruncatesOrAppendsAndRefusesNonRegularFiles) {
   const std::string f = fifo("pipe");
   EXPECT_NE(error_of([&] { LineLog log(f, "metrics.jsonl_path", false); }).find("FIFO"),
             std::string::npos);
+}
+
+// A file-size limit (ulimit -f) for the scope, with SIGXFSZ ignored as
+// remat's main() ignores it: a write past the limit then fails with EFBIG,
+// the path a full disk (ENOSPC) takes too.
+class FileSizeLimit {
+ public:
+  explicit FileSizeLimit(rlim_t bytes) {
+    ::getrlimit(RLIMIT_FSIZE, &saved_);
+    old_handler_ = std::signal(SIGXFSZ, SIG_IGN);
+    rlimit limited = saved_;
+    limited.rlim_cur = bytes;
+    EXPECT_EQ(::setrlimit(RLIMIT_FSIZE, &limited), 0);
+  }
+  ~FileSizeLimit() {
+    ::setrlimit(RLIMIT_FSIZE, &saved_);
+    std::signal(SIGXFSZ, old_handler_);
+  }
+
+ private:
+  rlimit saved_{};
+  void (*old_handler_)(int) = nullptr;
+};
+
+// What the system refuses mid-write is OutputError (exit 1), not bad
+// input: the temporary goes, the target keeps its old bytes.
+TEST_F(FilesTest, AWriteTheSystemRefusesKeepsTheOldFileAndLeavesNoTemporary) {
+  const std::string p = write("ckpt.bin", "old");
+  std::string message;
+  {
+    const FileSizeLimit limit(4096);
+    try {
+      AtomicFile f(p, "checkpoint.folder");
+      const std::string big(64 * 1024, 'x');
+      f.write(big.data(), static_cast<int64_t>(big.size()));
+      f.commit();
+    } catch (const OutputError& e) {
+      message = e.what();
+    }
+  }
+  EXPECT_NE(message.find("checkpoint.folder: cannot write"), std::string::npos) << message;
+  EXPECT_NE(message.find("file-size limit"), std::string::npos) << message;
+  EXPECT_NE(message.find("is untouched"), std::string::npos) << message;
+  EXPECT_EQ(read(p), "old");
+  EXPECT_FALSE(fs::exists(p + ".tmp"));
+}
+
+// A log line the system takes only part of is cut off again: the file ends
+// with its last whole line, so every line still parses.
+TEST_F(FilesTest, ALogLineTheSystemTakesPartOfIsUndone) {
+  const std::string p = path("m.jsonl");
+  LineLog log(p, "metrics.jsonl_path", /*append=*/false);
+  const std::string line(1000, 'a');
+  std::string message;
+  int whole = 0;
+  {
+    const FileSizeLimit limit(4500);  // four lines and a half
+    try {
+      for (; whole < 10; ++whole) log.write_line(line);
+    } catch (const OutputError& e) {
+      message = e.what();
+    }
+  }
+  EXPECT_EQ(whole, 4);
+  EXPECT_NE(message.find("its last whole line"), std::string::npos) << message;
+  std::string expected;
+  for (int i = 0; i < 4; ++i) expected += line + "\n";
+  EXPECT_EQ(read(p), expected);
 }
 
 // A file the process has read is never an output: not by its name, another
