@@ -7,6 +7,7 @@
 #include <exception>
 #include <filesystem>
 #include <map>
+#include <new>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -222,6 +223,16 @@ int run_cli(int argc, char** argv) {
       return failure(comm, "error: ", e.what());  // its message names the rank
     } catch (const OutputError& e) {
       return failure(comm, "error: ", e.what());  // disk full and the like
+    } catch (const std::bad_alloc&) {
+      // Not a bug: the system had less memory to give than the start-up
+      // check counted on, which sees physical RAM and memory.limit only.
+      return failure(comm, "error: ",
+                     "out of memory: the system refused an allocation (std::bad_alloc). The "
+                     "start-up check compares the plan's peak with physical RAM or "
+                     "memory.limit; a limit it does not see (ulimit -v, a cgroup) or other "
+                     "processes can leave less. `remat plan` shows the peak of each AC mode; "
+                     "a smaller training.local_batch_size, or an AC mode that keeps less, "
+                     "needs less");
     } catch (const std::exception& e) {
       return failure(comm, "internal error: ", e.what());
     }

@@ -366,14 +366,13 @@ void LineLog::write_line(const std::string& line) {
     const ssize_t n = ::write(fd_, text.data() + done, text.size() - done);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
-      const int error = errno;
-      // Part of the line may be in: a reader would meet half a JSON line.
-      if (done > 0 && end >= 0 && ::ftruncate(fd_, end) != 0) {
-        throw OutputError("cannot append to " + in_quotes(path_) + ": " + write_error(error) +
-                          "; its last line is cut short (" + std::strerror(errno) + " undoing it)");
-      }
-      throw OutputError("cannot append to " + in_quotes(path_) + ": " + write_error(error) +
-                        "; it ends with its last whole line");
+      const std::string why =
+          "cannot append to " + in_quotes(path_) + ": " + write_error(errno) + "; it ends with ";
+      if (done == 0) throw OutputError(why + "its last whole line");
+      // Part of the line is in, and a reader would meet half a JSON line.
+      if (end >= 0 && ::ftruncate(fd_, end) == 0)
+        throw OutputError(why + "its last whole line (the part written was cut off)");
+      throw OutputError(why + "a line cut short");
     }
     done += static_cast<size_t>(n);
   }

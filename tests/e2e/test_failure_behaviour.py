@@ -16,6 +16,8 @@
 - A save the system refuses (a file-size limit here; a full disk takes the
   same path) is exit 1 naming the file and why: the checkpoint before it
   unchanged, no temporary left, every metrics line whole.
+- An allocation the system refuses (ulimit -v) is exit 1 saying so, not an
+  internal error.
 - A config that sets no keys says the defaults are used.
 - REMAT_PROFILE is 1 (profile), 0 or unset; another value exits 2.
 
@@ -266,6 +268,26 @@ def test_refused_save_keeps_the_checkpoint_before():
               f"{proc.stderr.strip()[-300:]})")
 
 
+def test_out_of_memory_is_no_internal_error():
+    """An address-space limit (ulimit -v) the start-up memory check does not
+    see: the allocation that fails is exit 1 saying the system is out of
+    memory and what needs less, not an internal error (a bug)."""
+    with tempfile.TemporaryDirectory(prefix="remat-fail-") as tmp:
+        tmp = Path(tmp)
+
+        def limited():
+            resource.setrlimit(resource.RLIMIT_AS, (800 << 20, resource.RLIM_INFINITY))
+
+        proc = subprocess.run(
+            [REMAT, "train", "--config", CONFIG, "--job.dump_folder", str(tmp / "out"),
+             "--training.steps", "1", "--training.local_batch_size", "64"],
+            cwd=tmp, capture_output=True, text=True, timeout=TIMEOUT_S, preexec_fn=limited)
+        check(proc.returncode == 1 and "error: out of memory" in proc.stderr
+              and "remat plan" in proc.stderr and "internal error" not in proc.stderr,
+              "an allocation the system refuses: exit 1 saying out of memory (got "
+              f"{proc.returncode}: {proc.stderr.strip()[-300:]})")
+
+
 def filled_checkpoint(tmp, source, tensor, value, name):
     """`source` with every element of `tensor` set to `value` (its CRC dropped)."""
     data = source.read_bytes()
@@ -449,6 +471,7 @@ def main():
     test_non_finite_weights_and_logits()
     test_overflowing_update_is_no_internal_error()
     test_refused_save_keeps_the_checkpoint_before()
+    test_out_of_memory_is_no_internal_error()
     test_variables_checked_by_every_command()
     test_empty_config_says_defaults()
     test_mfu_never_above_100_percent()
