@@ -309,7 +309,7 @@ void AtomicFile::commit() {
   if (::lstat(path_.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
     fail("it became " + kind_of(st.st_mode) + ", expected a regular file", true);
   if (::rename(tmp_.c_str(), path_.c_str()) != 0)
-    fail(std::string("rename from ") + in_quotes(tmp_) + " failed: " + std::strerror(errno));
+    fail(std::string("rename from ") + in_quotes(tmp_) + " failed: " + write_error(errno));
   committed_ = true;
   fsync_folder(parent_of(path_));  // makes the rename itself durable
 }
