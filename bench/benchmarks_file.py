@@ -1,11 +1,15 @@
 """BENCHMARKS.md is shared by several bench scripts: each owns one section
 between <!-- NAME:begin --> and <!-- NAME:end --> and replaces only that,
-writing to a temporary file and renaming it so a crash never truncates it."""
+writing to a temporary file and renaming it so a crash never truncates it.
+
+REMAT_BENCHMARKS_FILE names another file for the sections: the results of a
+second kind of CPU (docs/benchmarks-zen4.md) go there, each section the
+script's own as in BENCHMARKS.md, instead of replacing the other CPU's."""
 import argparse
 import os
 import re
 
-PATH = "BENCHMARKS.md"
+PATH = os.environ.get("REMAT_BENCHMARKS_FILE", "BENCHMARKS.md")
 
 
 def markers(name):

@@ -37,6 +37,8 @@ import subprocess
 import sys
 import time
 
+import benchmarks_file
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FORTUNES_DIR = "/usr/share/games/fortunes"
 BOS, EOS = 256, 257
@@ -784,7 +786,7 @@ def rerender(a):
         if r["side"] == "torch":
             r.setdefault("ac", "full" if r["label"] == "checkpoint per block" else "none")
             r.setdefault("autocast", False)
-    out_path = a.out or os.path.join(REPO, "BENCHMARKS.md")
+    out_path = a.out or os.path.join(REPO, benchmarks_file.PATH)
     write_report(out_path, st)
     log(f"rewrote {out_path} from {path} (measured {st['date']})")
     return 0
@@ -816,7 +818,7 @@ def main_parent(a):
     remat = os.path.abspath(remat)
     os.makedirs(a.workdir, exist_ok=True)
     out_path = a.out or (os.path.join(a.workdir, "BENCHMARKS.quick.md") if a.quick
-                         else os.path.join(REPO, "BENCHMARKS.md"))
+                         else os.path.join(REPO, benchmarks_file.PATH))
     log(f"remat: {remat}; work dir: {a.workdir}; report: {out_path}")
 
     tokens = os.path.join(a.workdir, "fortunes_tokens.npy")
@@ -924,7 +926,7 @@ def main(argv=None):
     p.add_argument("--torch-attention", choices=["naive", "sdpa"], default="sdpa",
                    help="naive: the oracle's attention; sdpa: torch 1.13's F._scaled_dot_product_attention")
     p.add_argument("--workdir", default="/tmp/remat-bench")
-    p.add_argument("--out", help="report path (default BENCHMARKS.md; --quick: WORKDIR/BENCHMARKS.quick.md)")
+    p.add_argument("--out", help="report path (default BENCHMARKS.md or $REMAT_BENCHMARKS_FILE; --quick: WORKDIR/BENCHMARKS.quick.md)")
     p.add_argument("--timeout", type=float, default=1800, help="seconds per child process")
     p.add_argument("--no-profile", action="store_true", help="skip the perf / torch.profiler runs")
     p.add_argument("--rerender", action="store_true",
