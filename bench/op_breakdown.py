@@ -19,7 +19,7 @@ import tempfile
 import time
 from xml.sax.saxutils import escape
 
-from benchmarks_file import machine, markers, replace_section
+from benchmarks_file import PATH, machine, markers, replace_section
 
 AC = "--activation_checkpoint."
 MODELS = {
@@ -38,7 +38,11 @@ CLASSES = {"linear": "matmul", "grouped_linear": "matmul", "attention": "attenti
 SEGMENTS = ["matmul", "attention", "pointwise", "MoE routing", "embedding and loss",
             "recompute", "outside ops"]
 COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#d62728", "#7f7f7f"]
-SVG = "docs/op_breakdown.svg"
+# BENCHMARKS.md's picture; another CPU's benchmarks file (REMAT_BENCHMARKS_FILE)
+# gets its own beside it, so neither replaces the other.
+SVG = ("docs/op_breakdown.svg" if PATH == "BENCHMARKS.md"
+       else os.path.splitext(PATH)[0] + "-op_breakdown.svg")
+SVG_LINK = os.path.relpath(SVG, os.path.dirname(PATH) or ".")  # from the file that shows it
 
 
 def breakdown(remat, model, tokens, steps, tmp):
@@ -118,7 +122,7 @@ def main():
            f"Command: `/usr/bin/python3 bench/op_breakdown.py --write` on {machine()}, "
            f"{os.cpu_count()} cores, 2 threads, {time.strftime('%Y-%m-%d %H:%M')} UTC, 1-minute "
            f"load average {load:.1f} at the start. Op AC; the trace of step {args.steps}; "
-           f"shares of that step's wall time. Picture: [{SVG}]({SVG}).", "",
+           f"shares of that step's wall time. Picture: [{SVG}]({SVG_LINK}).", "",
            "| model | step s | " + " | ".join(SEGMENTS) + " |",
            "|---|---:|" + "---:|" * len(SEGMENTS)]
     for name, (seconds, step) in results.items():
@@ -134,4 +138,5 @@ def main():
         replace_section("op_breakdown", text)
 
 
-main()
+if __name__ == "__main__":
+    main()
