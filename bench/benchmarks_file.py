@@ -8,8 +8,16 @@ script's own as in BENCHMARKS.md, instead of replacing the other CPU's."""
 import argparse
 import os
 import re
+import sys
 
 PATH = os.environ.get("REMAT_BENCHMARKS_FILE", "BENCHMARKS.md")
+# Checked before a script measures anything, not when it writes at the end:
+# a long run must not be lost to a misspelt folder.
+if not os.path.isdir(os.path.dirname(PATH) or "."):
+    print(f"REMAT_BENCHMARKS_FILE={PATH!r}: its folder does not exist; expected a file in an "
+          f"existing folder (relative to the repository root), e.g. docs/benchmarks-zen4.md",
+          file=sys.stderr)
+    sys.exit(2)
 
 
 def markers(name):
