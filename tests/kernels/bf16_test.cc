@@ -412,6 +412,9 @@ TEST(Bf16Linear, GroupedActivationLinearIsPerSegment) {
   grouped_linear_act_forward(x.data(), offsets.data(), w.data(), experts, k, n, out.data());
   grouped_linear_act_backward(dy.data(), x.data(), offsets.data(), w.data(), experts, k, n,
                               dx.data(), dw.data(), /*fresh=*/1);
+  // The segments' GEMMs as the grouped linears run them (gemm_onednn.h's
+  // DataDependentShapes: the rows' dimension left to run time).
+  const detail::DataDependentShapes as_grouped;
   for (int64_t e = 0; e < experts; ++e) {
     const auto b = static_cast<int64_t>(offsets[e]), m = static_cast<int64_t>(offsets[e + 1]) - b;
     linear_act_forward({x.data() + b * k, true}, w.data() + e * k * n, true, m, k, n,

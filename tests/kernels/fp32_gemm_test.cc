@@ -15,6 +15,7 @@
 #include <cstring>
 #include <limits>
 #include <oneapi/dnnl/dnnl.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -50,31 +51,39 @@ float at(const std::vector<float>& x, bool trans, int64_t ld, int64_t i, int64_t
 // Each element within (k + 1) * 2^-24 * (|C| + sum |a b|) of the fp64 sum
 // (recursive summation, first order); a wrong index or a lost block errs by
 // O(1). A fresh or overwritten C starts as NaN.
+// Each shape runs cut into blocks and, under DataDependentShapes, with the
+// rows' dimension left to run time.
 TEST(Fp32Gemm, MatchesFp64ReferenceInEveryLayoutAndWrite) {
-  const int64_t shapes[][3] = {
-      {1, 1, 1}, {13, 33, 7}, {40, 70, 513}, {97, 31, 300}, {20, 40, 1100}};
+  const int64_t shapes[][3] = {{1, 1, 1},     {13, 33, 7},    {40, 70, 513},
+                               {97, 31, 300}, {20, 40, 1100}, {300, 24, 130}};
   for (Fp32Gemm gemm : available()) {
     for (const auto& s : shapes) {
-      const int64_t m = s[0], n = s[1], k = s[2];
-      const std::vector<float> a = random_vector(m * k, 1), b = random_vector(k * n, 2);
-      for (int layout = 0; layout < 4; ++layout) {
-        const bool ta = layout & 1, tb = layout & 2;
-        const int64_t lda = ta ? m : k, ldb = tb ? k : n;
-        for (CWrite write : kWrites) {
-          const std::vector<float> c0 = random_vector(m * n, 3);
-          std::vector<float> c =
-              write == CWrite::kAccumulate ? c0 : std::vector<float>(m * n, std::nanf(""));
-          gemm_fp32_with(gemm, ta, tb, m, n, k, a.data(), lda, b.data(), ldb, write, c.data(), n);
-          for (int64_t i = 0; i < m; ++i) {
-            for (int64_t j = 0; j < n; ++j) {
-              double sum = write == CWrite::kAccumulate ? c0[i * n + j] : 0.0, mag = std::abs(sum);
-              for (int64_t p = 0; p < k; ++p) {
-                const double prod = double(at(a, ta, lda, i, p)) * at(b, tb, ldb, p, j);
-                sum += prod;
-                mag += std::abs(prod);
+      for (const bool rows_at_run_time : {false, true}) {
+        std::optional<detail::DataDependentShapes> expert_rows;
+        if (rows_at_run_time) expert_rows.emplace();
+        const int64_t m = s[0], n = s[1], k = s[2];
+        const std::vector<float> a = random_vector(m * k, 1), b = random_vector(k * n, 2);
+        for (int layout = 0; layout < 4; ++layout) {
+          const bool ta = layout & 1, tb = layout & 2;
+          const int64_t lda = ta ? m : k, ldb = tb ? k : n;
+          for (CWrite write : kWrites) {
+            const std::vector<float> c0 = random_vector(m * n, 3);
+            std::vector<float> c =
+                write == CWrite::kAccumulate ? c0 : std::vector<float>(m * n, std::nanf(""));
+            gemm_fp32_with(gemm, ta, tb, m, n, k, a.data(), lda, b.data(), ldb, write, c.data(), n);
+            for (int64_t i = 0; i < m; ++i) {
+              for (int64_t j = 0; j < n; ++j) {
+                double sum = write == CWrite::kAccumulate ? c0[i * n + j] : 0.0,
+                       mag = std::abs(sum);
+                for (int64_t p = 0; p < k; ++p) {
+                  const double prod = double(at(a, ta, lda, i, p)) * at(b, tb, ldb, p, j);
+                  sum += prod;
+                  mag += std::abs(prod);
+                }
+                ASSERT_NEAR(c[i * n + j], sum, (k + 1) * 0x1p-24 * mag + 1e-30)
+                    << where(gemm, m, n, k, ta, tb, write) << " rows at run time "
+                    << rows_at_run_time;
               }
-              ASSERT_NEAR(c[i * n + j], sum, (k + 1) * 0x1p-24 * mag + 1e-30)
-                  << where(gemm, m, n, k, ta, tb, write);
             }
           }
         }
@@ -92,25 +101,31 @@ TEST(Fp32Gemm, FreshWritesTheBitsOfAccumulatingIntoZeros) {
   const int64_t shapes[][3] = {{512, 256, 256}, {128, 256, 2048}, {44, 512, 256}, {3, 37, 600}};
   for (Fp32Gemm gemm : available()) {
     for (const auto& s : shapes) {
-      const int64_t m = s[0], n = s[1], k = s[2];
-      for (int layout = 0; layout < 4; ++layout) {
-        const bool ta = layout & 1, tb = layout & 2;
-        const int64_t lda = ta ? m : k, ldb = tb ? k : n;
-        std::vector<float> a = random_vector(m * k, 4), b = random_vector(k * n, 5);
-        for (int64_t p = 0; p < k; ++p) {
-          a[ta ? p * lda : p] = -0x1p-70f;        // A[0, p]
-          a[ta ? p * lda + 1 : lda + p] = 0.0f;   // A[1, p]
-          b[tb ? p : p * ldb] = 0x1p-70f;         // B[p, 0]
-          b[tb ? ldb + p : p * ldb + 1] = -1.0f;  // B[p, 1]
+      for (const bool rows_at_run_time : {false, true}) {  // DataDependentShapes
+        std::optional<detail::DataDependentShapes> expert_rows;
+        if (rows_at_run_time) expert_rows.emplace();
+        const int64_t m = s[0], n = s[1], k = s[2];
+        for (int layout = 0; layout < 4; ++layout) {
+          const bool ta = layout & 1, tb = layout & 2;
+          const int64_t lda = ta ? m : k, ldb = tb ? k : n;
+          std::vector<float> a = random_vector(m * k, 4), b = random_vector(k * n, 5);
+          for (int64_t p = 0; p < k; ++p) {
+            a[ta ? p * lda : p] = -0x1p-70f;        // A[0, p]
+            a[ta ? p * lda + 1 : lda + p] = 0.0f;   // A[1, p]
+            b[tb ? p : p * ldb] = 0x1p-70f;         // B[p, 0]
+            b[tb ? ldb + p : p * ldb + 1] = -1.0f;  // B[p, 1]
+          }
+          std::vector<float> zeroed(m * n, 0.0f), fresh(m * n, std::nanf(""));
+          gemm_fp32_with(gemm, ta, tb, m, n, k, a.data(), lda, b.data(), ldb, CWrite::kAccumulate,
+                         zeroed.data(), n);
+          gemm_fp32_with(gemm, ta, tb, m, n, k, a.data(), lda, b.data(), ldb, CWrite::kFresh,
+                         fresh.data(), n);
+          EXPECT_EQ(std::memcmp(zeroed.data(), fresh.data(), zeroed.size() * sizeof(float)), 0)
+              << where(gemm, m, n, k, ta, tb, CWrite::kFresh) << " rows at run time "
+              << rows_at_run_time;
+          EXPECT_FALSE(std::signbit(fresh[n + 1])) << where(gemm, m, n, k, ta, tb, CWrite::kFresh)
+                                                   << " rows at run time " << rows_at_run_time;
         }
-        std::vector<float> zeroed(m * n, 0.0f), fresh(m * n, std::nanf(""));
-        gemm_fp32_with(gemm, ta, tb, m, n, k, a.data(), lda, b.data(), ldb, CWrite::kAccumulate,
-                       zeroed.data(), n);
-        gemm_fp32_with(gemm, ta, tb, m, n, k, a.data(), lda, b.data(), ldb, CWrite::kFresh,
-                       fresh.data(), n);
-        EXPECT_EQ(std::memcmp(zeroed.data(), fresh.data(), zeroed.size() * sizeof(float)), 0)
-            << where(gemm, m, n, k, ta, tb, CWrite::kFresh);
-        EXPECT_FALSE(std::signbit(fresh[n + 1])) << where(gemm, m, n, k, ta, tb, CWrite::kFresh);
       }
     }
   }
@@ -140,45 +155,54 @@ TEST(Fp32Gemm, OnednnRunsOneImplementationForEveryWrite) {
 }
 
 // Under DataDependentShapes (an MoE expert's rows, a new count every step)
-// only the dimension over the rows is cut into 128-row blocks and padded
-// tails: M where A is the rows, K where A is read transposed (the weight
-// gradient). A sweep of every row count up to 600 then creates at most the
-// five block shapes of that dimension per layout (128 and tails of 32, 64,
-// 96, 128), a second sweep none, and the model dimension stays whole: K =
-// 512 is one block, so the same sweep with K split would create more.
-TEST(Fp32Gemm, DataDependentCallsCutOnlyTheDimensionOverTheRows) {
+// the dimension over the rows is left to run time: M where A is the rows,
+// K where A is read transposed (the weight gradient); where B is read
+// transposed (drows), whole 128-row blocks keep a fixed shape. A sweep of
+// every row count up to 600 then creates at most one primitive per layout
+// and write (two where B is transposed; none if an earlier test made
+// them), a second sweep none, and the run-time primitive is the same
+// implementation for every write, not the reference one. Cut into blocks
+// and padded, as before, the first sweep made five per layout and write.
+TEST(Fp32Gemm, DataDependentCallsTakeOnePrimitivePerLayout) {
   if (!detail::onednn_f32_available()) GTEST_SKIP() << "no oneDNN f32 matmul beyond ref here";
   const int64_t most = 600, model = 512, n = 64;
   const std::vector<float> a = random_vector(most * model, 21), b = random_vector(most * n, 22);
   std::vector<float> c(most * n);
   const detail::DataDependentShapes expert_rows;
-  auto sweep = [&](bool rows_are_m) {
+  enum Layout { kRowsAsM, kRowsAsMTransposedB, kRowsAsK };
+  auto sweep = [&](Layout layout, CWrite write) {
     const int64_t before = detail::onednn_primitives_created();
     for (int64_t s = 1; s <= most; ++s) {
-      if (rows_are_m) {  // out[s, n] = rows[s, 512] @ w[512, n]
-        detail::gemm_onednn_f32(false, false, s, n, model, a.data(), model, b.data(), n,
-                                CWrite::kOverwrite, c.data(), n);
+      if (layout == kRowsAsM) {  // out[s, n] = rows[s, 512] @ w[512, n]
+        detail::gemm_onednn_f32(false, false, s, n, model, a.data(), model, b.data(), n, write,
+                                c.data(), n);
+      } else if (layout == kRowsAsMTransposedB) {  // drows[s, n] = dout[s, 512] @ w[n, 512]^T
+        detail::gemm_onednn_f32(false, true, s, n, model, a.data(), model, b.data(), model, write,
+                                c.data(), n);
       } else {  // dw[128, n] = rows[s, 128]^T @ dout[s, n]
-        detail::gemm_onednn_f32(true, false, 128, n, s, a.data(), 128, b.data(), n,
-                                CWrite::kOverwrite, c.data(), n);
+        detail::gemm_onednn_f32(true, false, 128, n, s, a.data(), 128, b.data(), n, write, c.data(),
+                                n);
       }
     }
     return detail::onednn_primitives_created() - before;
   };
-  for (const bool rows_are_m : {true, false}) {
-    // Rows as M: K = 512 in one block, so one write per M block shape (cut
-    // 128 deep, each would also need an accumulating one: 8). Rows as K:
-    // the first K block overwrites, later ones accumulate.
-    EXPECT_LE(sweep(rows_are_m), rows_are_m ? 5 : 10) << (rows_are_m ? "rows as M" : "rows as K");
-    EXPECT_EQ(sweep(rows_are_m), 0) << (rows_are_m ? "rows as M" : "rows as K");
+  for (const Layout layout : {kRowsAsM, kRowsAsMTransposedB, kRowsAsK}) {
+    const std::string what = "layout " + std::to_string(layout);
+    const bool ta = layout == kRowsAsK, tb = layout == kRowsAsMTransposedB;
+    for (CWrite write : kWrites) {
+      EXPECT_LE(sweep(layout, write), tb ? 2 : 1) << what;
+      EXPECT_EQ(sweep(layout, write), 0) << what;
+    }
+    const int64_t lda = ta ? 128 : model, ldb = tb ? model : n;
+    const std::string overwrite =
+        detail::onednn_f32_implementation(ta, tb, 300, n, 300, lda, ldb, CWrite::kOverwrite, n);
+    EXPECT_NE(overwrite.rfind("ref", 0), 0u) << what << ": " << overwrite;
+    for (CWrite write : {CWrite::kAccumulate, CWrite::kFresh}) {
+      EXPECT_EQ(detail::onednn_f32_implementation(ta, tb, 300, n, 300, lda, ldb, write, n),
+                overwrite)
+          << what;
+    }
   }
-  // The fixed K is one block: accumulating onto 128 rows by K = 512 is one
-  // new primitive of that depth (cut 128 deep, it would reuse the sweep's
-  // accumulating 128-deep block and create none).
-  const int64_t before = detail::onednn_primitives_created();
-  detail::gemm_onednn_f32(false, false, 128, n, model, a.data(), model, b.data(), n,
-                          CWrite::kAccumulate, c.data(), n);
-  EXPECT_EQ(detail::onednn_primitives_created() - before, 1);
 }
 
 // K blocks where A is read along k: never deeper than 512, so a deep

@@ -68,6 +68,10 @@ memory::desc matrix(int64_t rows, int64_t cols, bool trans, int64_t ld, memory::
   return memory::desc({rows, cols}, type, strides);
 }
 
+// A dimension a primitive takes at run time (DNNL_RUNTIME_DIM_VAL): one
+// primitive then runs every size of it (gemm_rows_at_run_time).
+constexpr int64_t kRuntime = DNNL_RUNTIME_DIM_VAL;
+
 dnnl::matmul::primitive_desc describe(const Shape& s) {
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
@@ -113,17 +117,22 @@ std::shared_ptr<const Matmul> matmul_for(const Shape& s) {
   return it->second;
 }
 
-// One primitive call of shape `s` on the calling thread; oneDNN reads A, B
+// One primitive call of shape `s` on the calling thread, m x k by k x n as
+// given (s.m or s.k may be left to run time, kRuntime); oneDNN reads A, B
 // and C where they are.
-void run(const Shape& s, const void* a, const void* b, float* c) {
+void run(const Shape& s, int64_t m, int64_t k, const void* a, const void* b, float* c) {
   const std::shared_ptr<const Matmul> mm = matmul_for(s);
   thread_local std::vector<uint8_t> scratch;
   thread_local dnnl::stream stream(cpu_engine());
   const dnnl::engine& engine = cpu_engine();
+  const bool fixed = s.m != kRuntime && s.k != kRuntime;
+  const memory::desc a_desc = fixed ? mm->a : matrix(m, k, s.trans_a, s.lda, s.type);
+  const memory::desc c_desc = fixed ? mm->c : matrix(m, s.n, false, s.ldc, memory::data_type::f32);
+  const memory::desc b_desc = fixed ? mm->b : matrix(k, s.n, s.trans_b, s.ldb, s.type);
   std::unordered_map<int, memory> args{
-      {DNNL_ARG_SRC, memory(mm->a, engine, const_cast<void*>(a))},
-      {DNNL_ARG_WEIGHTS, memory(mm->b, engine, const_cast<void*>(b))},
-      {DNNL_ARG_DST, memory(mm->c, engine, c)}};
+      {DNNL_ARG_SRC, memory(a_desc, engine, const_cast<void*>(a))},
+      {DNNL_ARG_WEIGHTS, memory(b_desc, engine, const_cast<void*>(b))},
+      {DNNL_ARG_DST, memory(c_desc, engine, c)}};
   if (mm->scratchpad.get_size() > 0) {
     args.emplace(DNNL_ARG_SCRATCHPAD,
                  memory(mm->scratchpad, engine,
@@ -167,9 +176,8 @@ struct BlockB {
   int64_t ld;
 };
 
-// Whether a block runs through a padded copy: where it is ragged, and every
-// data-dependent tail (its shape then the same whether or not it was ragged).
-bool copied(Block b) { return b.padded != b.size || b.tail; }
+// Whether a block runs through a padded copy: where it is ragged.
+bool copied(Block b) { return b.padded != b.size; }
 
 template <typename T>
 BlockB<T> block_b(bool trans_b, int64_t n, Block kb, const T* b, int64_t ldb) {
@@ -190,7 +198,8 @@ void run_block(bool trans_a, bool trans_b, Block mb, int64_t n, Block kb, const 
                BlockB<T> b, CWrite write, float* c, int64_t ldc) {
   const memory::data_type type = type_of<T>();
   if (!copied(mb) && !copied(kb)) {
-    run({type, trans_a, trans_b, write, mb.size, n, kb.size, lda, b.ld, ldc}, a, b.data, c);
+    run({type, trans_a, trans_b, write, mb.size, n, kb.size, lda, b.ld, ldc}, mb.size, kb.size, a,
+        b.data, c);
     return;
   }
   thread_local std::vector<T> a_copy;
@@ -202,8 +211,8 @@ void run_block(bool trans_a, bool trans_b, Block mb, int64_t n, Block kb, const 
   }
   const int64_t a_ld = trans_a ? mb.padded : kb.padded;
   if (!copied(mb)) {
-    run({type, trans_a, trans_b, write, mb.size, n, kb.padded, a_ld, b.ld, ldc}, a_copy.data(),
-        b.data, c);
+    run({type, trans_a, trans_b, write, mb.size, n, kb.padded, a_ld, b.ld, ldc}, mb.size, kb.padded,
+        a_copy.data(), b.data, c);
     return;
   }
   detail::grown(c_copy, mb.padded * n);
@@ -211,38 +220,83 @@ void run_block(bool trans_a, bool trans_b, Block mb, int64_t n, Block kb, const 
     for (int64_t r = 0; r < mb.size; ++r)
       std::memcpy(c_copy.data() + r * n, c + r * ldc, sizeof(float) * n);
   }
-  run({type, trans_a, trans_b, write, mb.padded, n, kb.padded, a_ld, b.ld, n}, a_copy.data(),
-      b.data, c_copy.data());
+  run({type, trans_a, trans_b, write, mb.padded, n, kb.padded, a_ld, b.ld, n}, mb.padded, kb.padded,
+      a_copy.data(), b.data, c_copy.data());
   for (int64_t r = 0; r < mb.size; ++r)
     std::memcpy(c + r * ldc, c_copy.data() + r * n, sizeof(float) * n);
 }
 
-// The whole call: K blocks in order, each added onto what the ones before
-// it wrote; M blocks within each.
+// The primitive's shape for a call of shape `s` under DataDependentShapes:
+// the dimension over an expert's rows left to run time.
+Shape rows_at_run_time(Shape s) {
+  (s.trans_a ? s.k : s.m) = kRuntime;
+  return s;
+}
+
+// C (+)= op(A) @ op(B) cut into blocks of next_block's sizes: K blocks in
+// order, each added onto what the ones before it wrote; M blocks within
+// each.
 template <typename T>
-void gemm_blocked(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const T* a,
-                  int64_t lda, const T* b, int64_t ldb, CWrite write, float* c, int64_t ldc) {
-  // Under DataDependentShapes only the dimension that runs over an expert's
-  // rows changes from step to step: M where A is those rows (the forward
-  // product and drows), K where A is read transposed (dw = rows^T @ dout).
-  // The other is a model dimension, fixed, and cut as any fixed one: whole
-  // K blocks up to 512, not 128-deep ones that write and re-read C.
-  const bool varying = data_dependent_shapes();
-  Block (*next_m)(int64_t) = varying ? next_data_dependent_block : next_block;
-  Block (*next_k)(int64_t) = varying && trans_a ? next_data_dependent_block
-                             : trans_a          ? next_block
-                                                : next_depth_block;
+void gemm_cut(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda,
+              const T* b, int64_t ldb, CWrite write, float* c, int64_t ldc) {
+  Block (*next_k)(int64_t) = trans_a ? next_block : next_depth_block;
   for (int64_t p0 = 0; p0 < k;) {
     const Block kb = next_k(k - p0);
     const BlockB<T> b_block = block_b(trans_b, n, kb, trans_b ? b + p0 : b + p0 * ldb, ldb);
     const CWrite block_write = p0 == 0 ? write : CWrite::kAccumulate;
     for (int64_t i0 = 0; i0 < m;) {
-      const Block mb = next_m(m - i0);
+      const Block mb = next_block(m - i0);
       const T* a_block = trans_a ? a + p0 * lda + i0 : a + i0 * lda + p0;
       run_block(trans_a, trans_b, mb, n, kb, a_block, lda, b_block, block_write, c + i0 * ldc, ldc);
       i0 += mb.size;
     }
     p0 += kb.size;
+  }
+}
+
+// A call under DataDependentShapes. The dimension over an expert's rows (M
+// where A is those rows: the forward product and drows; K where A is read
+// transposed: dw = rows^T @ dout) is left to run time, so no rows are
+// padded or copied: oneDNN 2.6 runs such a primitive on gemm:jit, fp32 and
+// bf16 alike. Against the fixed-shape brgemm primitives (Zen 4, one
+// thread), gemm:jit is as fast or faster on every layout (100-106 GFLOP/s
+// fp32 and 180-220 bf16 at K = 256 or 512 by N = 512 or 256, from 24 rows
+// up), but one: B read transposed (drows = dout @ w^T), where it packs B
+// on every call and ran 96 against 109 GFLOP/s at 128 rows by K = 512. So
+// there, whole 128-row blocks stay on the fixed-shape primitive, and only
+// the ragged tail runs at run time. (The 128-row blocks and padded tails
+// of 32-row steps this replaced computed 5-8% more rows than the experts
+// held, and copied every tail.) The other dimensions are model dimensions,
+// fixed, so a layout takes one primitive per way of writing C whatever the
+// rows, and one more where whole blocks are cut.
+template <typename T>
+void gemm_rows_at_run_time(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const T* a,
+                           int64_t lda, const T* b, int64_t ldb, CWrite write, float* c,
+                           int64_t ldc) {
+  constexpr int64_t kWholeRows = 128;
+  if (m == 0 || n == 0) return;
+  if (k == 0) {  // no product: C is the sum of none, or left as it is
+    if (write != CWrite::kAccumulate) {
+      for (int64_t r = 0; r < m; ++r) std::fill(c + r * ldc, c + r * ldc + n, 0.0f);
+    }
+    return;
+  }
+  if (trans_b && !trans_a) {
+    for (; m >= kWholeRows; m -= kWholeRows, a += kWholeRows * lda, c += kWholeRows * ldc)
+      gemm_cut(trans_a, trans_b, kWholeRows, n, k, a, lda, b, ldb, write, c, ldc);
+    if (m == 0) return;
+  }
+  run(rows_at_run_time({type_of<T>(), trans_a, trans_b, write, m, n, k, lda, ldb, ldc}), m, k, a, b,
+      c);
+}
+
+template <typename T>
+void gemm_blocked(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const T* a,
+                  int64_t lda, const T* b, int64_t ldb, CWrite write, float* c, int64_t ldc) {
+  if (data_dependent_shapes()) {
+    gemm_rows_at_run_time(trans_a, trans_b, m, n, k, a, lda, b, ldb, write, c, ldc);
+  } else {
+    gemm_cut(trans_a, trans_b, m, n, k, a, lda, b, ldb, write, c, ldc);
   }
 }
 
@@ -270,25 +324,19 @@ Block next_block(int64_t rest) {
   if (rest >= kLarge) {
     int64_t size = kLarge;
     while (size <= rest / 2) size *= 2;
-    return {size, size, false};
+    return {size, size};
   }
   if (rest >= kWhole) {
     const int64_t size = rest / kStep * kStep;
-    return {size, size, false};
+    return {size, size};
   }
-  return {rest, (rest + kGrain - 1) / kGrain * kGrain, false};
+  return {rest, (rest + kGrain - 1) / kGrain * kGrain};
 }
 
 Block next_depth_block(int64_t rest) {
   constexpr int64_t kDeepest = 512;
   const Block block = next_block(rest);
-  return block.size > kDeepest ? Block{kDeepest, kDeepest, false} : block;
-}
-
-Block next_data_dependent_block(int64_t rest) {
-  constexpr int64_t kWhole = 128, kGrain = 32;
-  if (rest >= kWhole) return {kWhole, kWhole, false};
-  return {rest, (rest + kGrain - 1) / kGrain * kGrain, true};
+  return block.size > kDeepest ? Block{kDeepest, kDeepest} : block;
 }
 
 bool data_dependent_shapes() { return data_dependent.load(std::memory_order_relaxed) > 0; }
@@ -322,8 +370,8 @@ void gemm_onednn_f32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k
 std::string onednn_f32_implementation(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                                       int64_t lda, int64_t ldb, CWrite write, int64_t ldc) {
   const OneOmpThread one;
-  return describe({memory::data_type::f32, trans_a, trans_b, write, m, n, k, lda, ldb, ldc})
-      .impl_info_str();
+  const Shape s{memory::data_type::f32, trans_a, trans_b, write, m, n, k, lda, ldb, ldc};
+  return describe(data_dependent_shapes() ? rows_at_run_time(s) : s).impl_info_str();
 }
 
 }  // namespace remat::cpu::detail

@@ -11,15 +11,16 @@
 // sequential matmul whose arithmetic depends only on its shape, and the
 // linear layers run one call per fixed row chunk, as for the native kernel.
 //
-// The primitives are few whatever the shapes asked for (issue 11): an MoE
-// expert's row count changes every step, and one primitive per exact shape
-// kept oneDNN creating (JIT-compiling, faulting in) new ones in steady state.
-// A call is cut, along M and along K, into blocks of a few fixed sizes
-// (next_block below), the last one zero-padded up to a multiple of 16 in
-// scratch copies where it is ragged; K blocks add into C in order. So a
-// layout takes a dozen M sizes and a dozen K sizes, and up to 2^j * 512 for
-// long dimensions: the cut is a function of the shape only, so bits stay
-// independent of the thread count and of which shapes came before.
+// The primitives are few whatever the shapes asked for (issue 11): one
+// primitive per exact shape would JIT-compile (and fault in) new ones
+// whenever a new shape came. A call is cut, along M and along K, into
+// blocks of a few fixed sizes (next_block below), the last one zero-padded
+// up to a multiple of 16 in scratch copies where it is ragged; K blocks add
+// into C in order. So a layout takes a dozen M sizes and a dozen K sizes,
+// and up to 2^j * 512 for long dimensions: the cut is a function of the
+// shape only, so bits stay independent of the thread count and of which
+// shapes came before. An MoE expert's row count, new every step, is not cut
+// at all but left to run time (DataDependentShapes).
 //
 // Under REMAT_MAX_ISA=avx2 oneDNN is capped at avx2 as well (its max ISA,
 // set before its first primitive), so it runs what an AVX2 CPU would.
@@ -56,7 +57,8 @@ void gemm_onednn_f32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k
                      int64_t lda, const float* b, int64_t ldb, CWrite write, float* c, int64_t ldc);
 
 // The name of the oneDNN implementation gemm_onednn_f32 runs for a block
-// shape (its impl_info_str, e.g. "brg:avx512_core"): tests and benchmarks.
+// shape (its impl_info_str, e.g. "brg:avx512_core"; under DataDependentShapes,
+// the one that runs every row count): tests and benchmarks.
 std::string onednn_f32_implementation(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                                       int64_t lda, int64_t ldb, CWrite write, int64_t ldc);
 
@@ -66,7 +68,6 @@ std::string onednn_f32_implementation(bool trans_a, bool trans_b, int64_t m, int
 // block). Sizes: 16, 32, .., 128, 192, 256, .., 448 and 512 * 2^j.
 struct Block {
   int64_t size, padded;
-  bool tail;  // a data-dependent tail: copied even where padded == size
 };
 Block next_block(int64_t rest);
 
@@ -86,17 +87,14 @@ Block next_depth_block(int64_t rest);
 int64_t onednn_primitives_created();
 
 // While one is in scope (process-wide: the grouped expert linears hold it
-// around their whole op, and no other op runs meanwhile), calls are cut by
-// next_data_dependent_block instead: an expert's row count is new every
-// step, and next_block's dozen size classes kept turning up new ones (new
-// primitives, JIT code faulted in) steps after warm-up. Here the dimension
-// over an expert's rows (M where A is the rows, K where A is read
-// transposed, as in a weight gradient) is whole blocks of 128 and one tail,
-// always run through a padded copy of 32, 64, 96 or 128 rows: five block
-// shapes, all of them met in the first step or two. The other dimension is
-// a model dimension, cut by next_block: K = 256 or 512 is one block, where
-// 128-deep blocks wrote and re-read C (the grouped dx ran at 155-180
-// GFLOP/s per thread so, about 200 whole).
+// around their whole op, and no other op runs meanwhile), a call is not cut
+// into blocks: the dimension over an expert's rows (M where A is the rows,
+// K where A is read transposed, as in a weight gradient) is left to run
+// time, so one primitive per layout and way of writing C runs every row
+// count, with no padded rows computed or copied. The other dimensions are
+// model dimensions, whole. (Cut by next_block, an expert's row count new
+// every step kept turning up new block shapes, new primitives, JIT code
+// faulted in, steps after warm-up.)
 class DataDependentShapes {
  public:
   DataDependentShapes();
@@ -104,9 +102,4 @@ class DataDependentShapes {
   DataDependentShapes(const DataDependentShapes&) = delete;
   DataDependentShapes& operator=(const DataDependentShapes&) = delete;
 };
-// The next block of a dimension under DataDependentShapes: 128 rows whole,
-// or the tail (< 128) padded up to a multiple of 32 (and copied even where
-// it is one already, so its shape is the same whichever tail it is).
-Block next_data_dependent_block(int64_t rest);
-
 }  // namespace remat::cpu::detail

@@ -51,9 +51,9 @@ T* grown(std::vector<T>& buffer, int64_t n) {
 //
 // Under DataDependentShapes (gemm_onednn.h: an MoE expert's rows, a new
 // count every step) chunks are always 128 rows, so what a chunk sizes (its
-// scratch, its GEMM shapes) never grows with the data: a quarter of a new
-// largest expert grew a chunk's scratch, and its fresh pages faulted in,
-// steps after warm-up. Up to 512 rows that is the same cut.
+// scratch, oneDNN's packing buffers) never grows with the data: a quarter
+// of a new largest expert grew a chunk's scratch, and its fresh pages
+// faulted in, steps after warm-up. Up to 512 rows that is the same cut.
 bool data_dependent_shapes();
 inline int64_t chunk_rows(int64_t total, int64_t target_chunks = 4) {
   constexpr int64_t kMinRows = 128, kAlign = 16;
