@@ -113,6 +113,19 @@ void attention_backward_avx512(const float* dout, const bf16* q, const bf16* k, 
                                int64_t heads, int64_t kv_heads, int64_t head_dim, float* dq,
                                float* dk, float* dv, uint32_t fresh);
 
+// The 16-lane instantiations of the SwiGLU gate (swiglu_avx512.cc), for
+// elementwise.cc to call where avx512_elementwise() holds: the CPU has
+// AVX-512F and REMAT_MAX_ISA does not cap it. fp32 and all-bf16 operands,
+// the two the engine runs (mixed ones stay on 8 lanes); the bits of the
+// 8-lane kernels (swiglu_impl.h).
+bool avx512_elementwise();
+void silu_mul_forward_avx512(const float* a, const float* b, int64_t n, float* out);
+void silu_mul_forward_avx512(const bf16* a, const bf16* b, int64_t n, bf16* out);
+void silu_mul_backward_avx512(const float* dout, const float* a, const float* b, int64_t n,
+                              float* da, float* db, uint32_t fresh);
+void silu_mul_backward_avx512(const float* dout, const bf16* a, const bf16* b, int64_t n, float* da,
+                              float* db, uint32_t fresh);
+
 // Horizontal sum of 8 lanes in a fixed order.
 inline float hsum(__m256 v) {
   __m128 lo = _mm256_castps256_ps128(v);
