@@ -87,14 +87,15 @@ Block next_depth_block(int64_t rest);
 int64_t onednn_primitives_created();
 
 // While one is in scope (process-wide: the grouped expert linears hold it
-// around their whole op, and no other op runs meanwhile), a call is not cut
-// into blocks: the dimension over an expert's rows (M where A is the rows,
-// K where A is read transposed, as in a weight gradient) is left to run
-// time, so one primitive per layout and way of writing C runs every row
-// count, with no padded rows computed or copied. The other dimensions are
-// model dimensions, whole. (Cut by next_block, an expert's row count new
-// every step kept turning up new block shapes, new primitives, JIT code
-// faulted in, steps after warm-up.)
+// around their whole op, and no other op runs meanwhile), the dimension over
+// an expert's rows (M where A is the rows, K where A is read transposed, as
+// in a weight gradient) is left to run time, so one primitive per layout
+// and way of writing C runs every row count, with no padded rows computed
+// or copied (where B is read transposed, whole 128-row blocks keep a fixed
+// shape first: gemm_onednn.cc says why). The other dimensions are model
+// dimensions, whole. (Cut by next_block, an expert's row count new every
+// step kept turning up new block shapes, new primitives, JIT code faulted
+// in, steps after warm-up.)
 class DataDependentShapes {
  public:
   DataDependentShapes();
