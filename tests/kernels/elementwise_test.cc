@@ -109,7 +109,7 @@ TEST(SiluMul, EveryLaneHasTheBitsOfTheScalarFormula) {
   std::vector<std::pair<Forward, Backward>> kernels{
       {silu_mul_forward, [](const float* d, const float* x, const float* y, int64_t m, float* dx,
                             float* dy, uint32_t f) { silu_mul_backward(d, x, y, m, dx, dy, f); }}};
-  if (detail::avx512_elementwise()) {
+  if (detail::avx512_kernels()) {
     kernels.emplace_back(static_cast<Forward>(detail::silu_mul_forward_avx512),
                          static_cast<Backward>(detail::silu_mul_backward_avx512));
   }

@@ -72,9 +72,9 @@ struct Lanes8 {
 template <class A, class B, class Out>
 void silu_mul_forward_on(A a, B b, int64_t n, Out out) {
   if constexpr (std::is_same_v<A, F32In> && std::is_same_v<Out, F32Out>) {
-    if (detail::avx512_elementwise()) return detail::silu_mul_forward_avx512(a.p, b.p, n, out.p);
+    if (detail::avx512_kernels()) return detail::silu_mul_forward_avx512(a.p, b.p, n, out.p);
   } else if constexpr (std::is_same_v<A, Bf16In> && std::is_same_v<Out, Bf16Out>) {
-    if (detail::avx512_elementwise()) return detail::silu_mul_forward_avx512(a.p, b.p, n, out.p);
+    if (detail::avx512_kernels()) return detail::silu_mul_forward_avx512(a.p, b.p, n, out.p);
   }
   detail::silu_mul_forward_lanes<Lanes8>(a, b, n, out);
 }
@@ -83,7 +83,7 @@ template <class A, class B>
 void silu_mul_backward_on(const float* dout, A a, B b, int64_t n, float* da, float* db,
                           uint32_t fresh) {
   if constexpr (std::is_same_v<A, F32In> || std::is_same_v<A, Bf16In>) {
-    if (detail::avx512_elementwise())
+    if (detail::avx512_kernels())
       return detail::silu_mul_backward_avx512(dout, a.p, b.p, n, da, db, fresh);
   }
   detail::silu_mul_backward_lanes<Lanes8>(dout, a, b, n, da, db, fresh);
