@@ -71,9 +71,9 @@ struct Lanes8 {
 // else on 8.
 template <class A, class B, class Out>
 void silu_mul_forward_on(A a, B b, int64_t n, Out out) {
-  if constexpr (std::is_same_v<A, F32In> && std::is_same_v<Out, F32Out>) {
-    if (detail::avx512_kernels()) return detail::silu_mul_forward_avx512(a.p, b.p, n, out.p);
-  } else if constexpr (std::is_same_v<A, Bf16In> && std::is_same_v<Out, Bf16Out>) {
+  constexpr bool kHas16 = (std::is_same_v<A, F32In> && std::is_same_v<Out, F32Out>) ||
+                          (std::is_same_v<A, Bf16In> && std::is_same_v<Out, Bf16Out>);
+  if constexpr (kHas16) {
     if (detail::avx512_kernels()) return detail::silu_mul_forward_avx512(a.p, b.p, n, out.p);
   }
   detail::silu_mul_forward_lanes<Lanes8>(a, b, n, out);

@@ -4,7 +4,7 @@
 // goes through the same IEEE operations in the same order on either
 // (L::exp is the Cephes polynomial of exp256, operation for operation), and
 // the scalar tail through one lane's: the two give the same bits, so which
-// one a CPU runs changes no result (tests/kernels/swiglu_test.cc).
+// one a CPU runs changes no result (tests/kernels/elementwise_test.cc).
 //
 // L provides: Reg, kW (lanes), set1, zero, add, sub, mul, div, exp, and
 // load / store of the operand types of operands.h (F32In, Bf16In, F32Out,
