@@ -1,5 +1,6 @@
 // SwiGLU gate, residual add and cross-entropy.
 #include <gtest/gtest.h>
+#include <immintrin.h>
 
 #include <cmath>
 #include <iterator>
@@ -74,11 +75,13 @@ TEST(SiluMul, BackwardAccumulatesAndIsDeterministic) {
 
 // The vector bodies (16 lanes where the CPU has AVX-512, 8 under
 // REMAT_MAX_ISA=avx2: ctest runs this file both ways, kernels_avx2) give
-// each element the bits of the scalar formula the tail runs, one lane of
-// exp256: so the two instantiations agree bit for bit, whichever a CPU
-// takes. Inputs span the exp clamp (+-88), infinities, NaN, -0, denormals
-// and ordinary values, in a length with a tail; the 16-lane entry points are
-// also called directly where the CPU has them.
+// each element, ragged tails included, the bits of the formula's IEEE
+// operations one at a time (one lane of exp256, then single-lane SSE
+// arithmetic, which no compiler contracts into an FMA): so the two
+// instantiations agree bit for bit, whichever a CPU takes. Inputs span the
+// exp clamp (+-88), infinities, NaN, -0, denormals and ordinary values, in
+// a length with a tail; the 16-lane entry points are also called directly
+// where the CPU has them.
 TEST(SiluMul, EveryLaneHasTheBitsOfTheScalarFormula) {
   const int64_t n = 4096 + 1000 + 13;  // a whole block, then a ragged one
   std::vector<float> a = random_vector(n, 31, 12.0f), b = random_vector(n, 32, 3.0f);
@@ -87,21 +90,35 @@ TEST(SiluMul, EveryLaneHasTheBitsOfTheScalarFormula) {
   const float specials[] = {0.0f,     -0.0f,     88.0f, -88.0f, 87.9f,   -87.9f, 100.0f, -100.0f,
                             INFINITY, -INFINITY, NAN,   1e-40f, -1e-40f, 1e-30f, 3e38f,  -3e38f};
   for (size_t s = 0; s < std::size(specials); ++s) {
-    a[s * 7] = specials[s];         // in the first vectors
-    a[4096 + s * 5] = specials[s];  // in the second block
+    a[s * 7] = specials[s];          // in the first vectors
+    a[4096 + s * 5] = specials[s];   // in the second block
+    a[n - 1 - s % 5] = specials[s];  // in the ragged tail
     b[s * 11 + 3] = specials[(s + 5) % std::size(specials)];
   }
+  auto add = [](float x, float y) {
+    return _mm_cvtss_f32(_mm_add_ss(_mm_set_ss(x), _mm_set_ss(y)));
+  };
+  auto sub = [](float x, float y) {
+    return _mm_cvtss_f32(_mm_sub_ss(_mm_set_ss(x), _mm_set_ss(y)));
+  };
+  auto mul = [](float x, float y) {
+    return _mm_cvtss_f32(_mm_mul_ss(_mm_set_ss(x), _mm_set_ss(y)));
+  };
+  auto div = [](float x, float y) {
+    return _mm_cvtss_f32(_mm_div_ss(_mm_set_ss(x), _mm_set_ss(y)));
+  };
   std::vector<float> out(n), da_fresh(n), db_fresh(n), da(n), db(n);
   for (int64_t i = 0; i < n; ++i) {
     const float ai = a[i], bi = b[i];
-    const float den = 1.0f + detail::exp_scalar(-ai);
-    const float silu = ai / den, s = 1.0f / den;
-    const float dsilu = s * (1.0f + ai * (1.0f - s));
-    out[i] = (ai / (1.0f + detail::exp_scalar(-ai))) * bi;
-    da_fresh[i] = 0.0f + (g[i] * bi) * dsilu;
-    db_fresh[i] = 0.0f + g[i] * silu;
-    da[i] = da0[i] + (g[i] * bi) * dsilu;
-    db[i] = db0[i] + g[i] * silu;
+    const float den = add(1.0f, detail::exp_scalar(sub(0.0f, ai)));
+    const float silu = div(ai, den), s = div(1.0f, den);
+    const float dsilu = mul(s, add(1.0f, mul(ai, sub(1.0f, s))));
+    const float ga = mul(mul(g[i], bi), dsilu), gb = mul(g[i], silu);
+    out[i] = mul(silu, bi);
+    da_fresh[i] = add(0.0f, ga);
+    db_fresh[i] = add(0.0f, gb);
+    da[i] = add(da0[i], ga);
+    db[i] = add(db0[i], gb);
   }
   using Forward = void (*)(const float*, const float*, int64_t, float*);
   using Backward =

@@ -21,9 +21,11 @@
 #pragma GCC target("avx512f")
 // GCC 12's AVX-512 intrinsics pass _mm512_undefined_ps(), a self-initialised
 // variable, as the unused merge source of their unmasked forms; inlined here,
-// -Wmaybe-uninitialized reports it. No variable of this file is involved.
+// -Wmaybe-uninitialized reports it (and at the ASan build's -O1,
+// -Wuninitialized). No variable of this file is involved.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 
 #include "kernels/cpu/swiglu_impl.h"
 
