@@ -1,13 +1,9 @@
 // SwiGLU gate, residual add and cross-entropy.
 #include <gtest/gtest.h>
-#include <immintrin.h>
 
 #include <cmath>
-#include <iterator>
-#include <utility>
 #include <vector>
 
-#include "kernels/cpu/internal.h"
 #include "kernels/cpu/kernels.h"
 #include "test_util.h"
 
@@ -70,82 +66,6 @@ TEST(SiluMul, BackwardAccumulatesAndIsDeterministic) {
   for (int64_t i = 0; i < n; ++i) {
     ASSERT_EQ(da[i], 2.0f * x[1][i]);
     ASSERT_EQ(db[i], 2.0f * x[2][i]);
-  }
-}
-
-// The vector bodies (16 lanes where the CPU has AVX-512, 8 under
-// REMAT_MAX_ISA=avx2: ctest runs this file both ways, kernels_avx2) give
-// each element, ragged tails included, the bits of the formula's IEEE
-// operations one at a time (one lane of exp256, then single-lane SSE
-// arithmetic, which no compiler contracts into an FMA): so the two
-// instantiations agree bit for bit, whichever a CPU takes. Inputs span the
-// exp clamp (+-88), infinities, NaN, -0, denormals and ordinary values, in
-// a length with a tail; the 16-lane entry points are also called directly
-// where the CPU has them.
-TEST(SiluMul, EveryLaneHasTheBitsOfTheScalarFormula) {
-  const int64_t n = 4096 + 1000 + 13;  // a whole block, then a ragged one
-  std::vector<float> a = random_vector(n, 31, 12.0f), b = random_vector(n, 32, 3.0f);
-  const std::vector<float> g = random_vector(n, 33), da0 = random_vector(n, 34),
-                           db0 = random_vector(n, 35);
-  const float specials[] = {0.0f,     -0.0f,     88.0f, -88.0f, 87.9f,   -87.9f, 100.0f, -100.0f,
-                            INFINITY, -INFINITY, NAN,   1e-40f, -1e-40f, 1e-30f, 3e38f,  -3e38f};
-  for (size_t s = 0; s < std::size(specials); ++s) {
-    a[s * 7] = specials[s];          // in the first vectors
-    a[4096 + s * 5] = specials[s];   // in the second block
-    a[n - 1 - s % 5] = specials[s];  // in the ragged tail
-    b[s * 11 + 3] = specials[(s + 5) % std::size(specials)];
-  }
-  auto add = [](float x, float y) {
-    return _mm_cvtss_f32(_mm_add_ss(_mm_set_ss(x), _mm_set_ss(y)));
-  };
-  auto sub = [](float x, float y) {
-    return _mm_cvtss_f32(_mm_sub_ss(_mm_set_ss(x), _mm_set_ss(y)));
-  };
-  auto mul = [](float x, float y) {
-    return _mm_cvtss_f32(_mm_mul_ss(_mm_set_ss(x), _mm_set_ss(y)));
-  };
-  auto div = [](float x, float y) {
-    return _mm_cvtss_f32(_mm_div_ss(_mm_set_ss(x), _mm_set_ss(y)));
-  };
-  std::vector<float> out(n), da_fresh(n), db_fresh(n), da(n), db(n);
-  for (int64_t i = 0; i < n; ++i) {
-    const float ai = a[i], bi = b[i];
-    const float den = add(1.0f, detail::exp_scalar(sub(0.0f, ai)));
-    const float silu = div(ai, den), s = div(1.0f, den);
-    const float dsilu = mul(s, add(1.0f, mul(ai, sub(1.0f, s))));
-    const float ga = mul(mul(g[i], bi), dsilu), gb = mul(g[i], silu);
-    out[i] = mul(silu, bi);
-    da_fresh[i] = add(0.0f, ga);
-    db_fresh[i] = add(0.0f, gb);
-    da[i] = add(da0[i], ga);
-    db[i] = add(db0[i], gb);
-  }
-  using Forward = void (*)(const float*, const float*, int64_t, float*);
-  using Backward =
-      void (*)(const float*, const float*, const float*, int64_t, float*, float*, uint32_t);
-  std::vector<std::pair<Forward, Backward>> kernels{
-      {silu_mul_forward, [](const float* d, const float* x, const float* y, int64_t m, float* dx,
-                            float* dy, uint32_t f) { silu_mul_backward(d, x, y, m, dx, dy, f); }}};
-  if (detail::avx512_kernels()) {
-    kernels.emplace_back(static_cast<Forward>(detail::silu_mul_forward_avx512),
-                         static_cast<Backward>(detail::silu_mul_backward_avx512));
-  }
-  for (size_t k = 0; k < kernels.size(); ++k) {
-    for (int threads : {1, 2}) {
-      ThreadsGuard guard(threads);
-      std::vector<float> got(n, NAN);
-      kernels[k].first(a.data(), b.data(), n, got.data());
-      EXPECT_TRUE(testing::bit_identical(got, out)) << "forward, kernel " << k;
-      std::vector<float> gda(n, NAN), gdb(n, NAN);
-      kernels[k].second(g.data(), a.data(), b.data(), n, gda.data(), gdb.data(), 3);
-      EXPECT_TRUE(testing::bit_identical(gda, da_fresh)) << "fresh da, kernel " << k;
-      EXPECT_TRUE(testing::bit_identical(gdb, db_fresh)) << "fresh db, kernel " << k;
-      gda = da0;
-      gdb = db0;
-      kernels[k].second(g.data(), a.data(), b.data(), n, gda.data(), gdb.data(), 0);
-      EXPECT_TRUE(testing::bit_identical(gda, da)) << "accumulated da, kernel " << k;
-      EXPECT_TRUE(testing::bit_identical(gdb, db)) << "accumulated db, kernel " << k;
-    }
   }
 }
 

@@ -1,5 +1,4 @@
-// The ISA cap (kernels.h): REMAT_MAX_ISA, read once per process; and whether
-// the kernels with an AVX-512 instantiation may run it (internal.h).
+// The ISA cap (kernels.h): REMAT_MAX_ISA, read once per process.
 #include <cblas.h>
 
 #include <algorithm>
@@ -8,7 +7,6 @@
 #include <string>
 
 #include "core/error.h"
-#include "kernels/cpu/internal.h"
 #include "kernels/cpu/kernels.h"
 
 namespace remat::cpu {
@@ -45,14 +43,5 @@ bool isa_capped_at_avx2() {
   static const bool capped = read_cap();
   return capped;
 }
-
-namespace detail {
-
-bool avx512_kernels() {
-  static const bool use = !isa_capped_at_avx2() && __builtin_cpu_supports("avx512f");
-  return use;
-}
-
-}  // namespace detail
 
 }  // namespace remat::cpu
