@@ -4,7 +4,7 @@
 // (16, 64; where the CPU has them) and the AVX2 ones (24, with a tail of
 // the 8x8 transposes); sequences that end in partial tiles; grouped-query
 // heads; 1 and 2 threads; a KV-cache forward. The ctest run
-// kernels_attention_avx2 repeats them on the AVX2 tiles only.
+// kernels_avx2 repeats them on the AVX2 tiles only.
 #include <gtest/gtest.h>
 
 #include <cstring>

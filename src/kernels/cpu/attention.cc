@@ -55,7 +55,7 @@ using Avx2Attention = detail::AttentionKernel<Avx2>;
 // instructions save (measured: 8.8 ms against 10.4 ms per forward at batch 8
 // x seq 256 x 16 heads). The choice depends on the shape only, so every call
 // with one model takes the same path.
-bool use_avx512(int64_t head_dim) { return head_dim % 16 == 0 && detail::avx512_attention(); }
+bool use_avx512(int64_t head_dim) { return head_dim % 16 == 0 && detail::avx512_kernels(); }
 
 void check_shapes(int64_t heads, int64_t kv_heads, int64_t head_dim) {
   if (kv_heads <= 0 || heads % kv_heads != 0)

@@ -18,15 +18,6 @@
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/tile.h"
 
-namespace remat::cpu::detail {
-
-bool avx512_attention() {
-  static const bool use = !isa_capped_at_avx2() && __builtin_cpu_supports("avx512f");
-  return use;
-}
-
-}  // namespace remat::cpu::detail
-
 #pragma GCC push_options
 #pragma GCC target("avx512f")
 // GCC 12's AVX-512 intrinsics pass _mm512_undefined_ps(), a self-initialised

@@ -1,13 +1,17 @@
 // Elementwise kernels: SwiGLU gate (silu(a) * b) and the residual add, on
 // fp32 operands (kernels.h) and on activations that are bf16 or fp32 each
 // (bf16.h's *_act). Both run one body, which reads and writes each operand
-// in its own dtype 8 lanes at a time: bf16 is widened and rounded in
+// in its own dtype 8 lanes at a time (the SwiGLU gate 16 where the CPU has
+// AVX-512: swiglu_impl.h, the same bits): bf16 is widened and rounded in
 // registers, so a bf16 call gives the bits of widening its operands, running
 // the fp32 kernel and rounding its result, without a pass over scratch.
+#include <type_traits>
+
 #include "kernels/cpu/bf16.h"
 #include "kernels/cpu/internal.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/operands.h"
+#include "kernels/cpu/swiglu_impl.h"
 
 namespace remat::cpu {
 
@@ -19,10 +23,6 @@ using detail::Bf16In;
 using detail::Bf16Out;
 using detail::F32In;
 using detail::F32Out;
-
-// Elementwise loops are split into fixed blocks of 8-float vectors; each
-// element's arithmetic is the same whichever thread runs it.
-constexpr int64_t kBlock = 4096;
 
 // body(a, b) on two activations, as Bf16In where both are bf16 (the usual
 // case under bf16), else as AnyIn.
@@ -45,79 +45,61 @@ void on_operands(ActIn a, ActIn b, ActOut out, Body body) {
   }
 }
 
-// body(i0, i1) on each fixed block, blocks shared out among the threads.
-template <typename Body>
-void by_blocks(int64_t n, Body body) {
-  const int64_t blocks = (n + kBlock - 1) / kBlock;
-  const int nt = num_threads();
-#pragma omp parallel for schedule(static) num_threads(nt) if (n >= detail::kParallelMin)
-  for (int64_t blk = 0; blk < blocks; ++blk) {
-    const int64_t i0 = blk * kBlock;
-    body(i0, i0 + kBlock < n ? i0 + kBlock : n);
+// The AVX2 lane set of swiglu_impl.h: the operands' own 8-lane loads and
+// stores (operands.h).
+struct Lanes8 {
+  using Reg = __m256;
+  static constexpr int64_t kW = 8;
+  static Reg set1(float x) { return _mm256_set1_ps(x); }
+  static Reg zero() { return _mm256_setzero_ps(); }
+  static Reg add(Reg a, Reg b) { return _mm256_add_ps(a, b); }
+  static Reg sub(Reg a, Reg b) { return _mm256_sub_ps(a, b); }
+  static Reg mul(Reg a, Reg b) { return _mm256_mul_ps(a, b); }
+  static Reg div(Reg a, Reg b) { return _mm256_div_ps(a, b); }
+  static Reg exp(Reg x) { return detail::exp256(x); }
+  template <class In>
+  static Reg load(In x, int64_t i) {
+    return x.load(i);
   }
-}
+  template <class Out>
+  static void store(Out y, int64_t i, Reg v) {
+    y.store(i, v);
+  }
+  template <class In>
+  static Reg load_tail(In x, int64_t i, int64_t r) {
+    return x.load_tail(i, r);
+  }
+  template <class Out>
+  static void store_tail(Out y, int64_t i, int64_t r, Reg v) {
+    y.store_tail(i, r, v);
+  }
+};
 
-// silu(a) = a / (1 + exp(-a)), as PyTorch's CPU kernel computes it.
+// The SwiGLU gate on 16 lanes where the CPU has AVX-512 (the same bits),
+// else on 8.
 template <class A, class B, class Out>
 void silu_mul_forward_on(A a, B b, int64_t n, Out out) {
-  const __m256 one = _mm256_set1_ps(1.0f);
-  const __m256 zero = _mm256_setzero_ps();
-  by_blocks(n, [&](int64_t i0, int64_t i1) {
-    int64_t i = i0;
-    for (; i + 8 <= i1; i += 8) {
-      __m256 va = a.load(i);
-      __m256 e = detail::exp256(_mm256_sub_ps(zero, va));
-      __m256 silu = _mm256_div_ps(va, _mm256_add_ps(one, e));
-      out.store(i, _mm256_mul_ps(silu, b.load(i)));
-    }
-    for (; i < i1; ++i) {
-      const float ai = a.at(i);
-      const float e = detail::exp_scalar(-ai);
-      out.set(i, (ai / (1.0f + e)) * b.at(i));
-    }
-  });
+  constexpr bool kHas16 = (std::is_same_v<A, F32In> && std::is_same_v<Out, F32Out>) ||
+                          (std::is_same_v<A, Bf16In> && std::is_same_v<Out, Bf16Out>);
+  if constexpr (kHas16) {
+    if (detail::avx512_kernels()) return detail::silu_mul_forward_avx512(a.p, b.p, n, out.p);
+  }
+  detail::silu_mul_forward_lanes<Lanes8>(a, b, n, out);
 }
 
-// With s = sigmoid(a): d silu / da = s * (1 + a * (1 - s)).
 template <class A, class B>
 void silu_mul_backward_on(const float* dout, A a, B b, int64_t n, float* da, float* db,
                           uint32_t fresh) {
-  // A fresh gradient starts from +0 (kernels.h); the branch is the same for
-  // every element, so it costs nothing next to the exp and divisions.
-  const bool fresh_a = (fresh & 1) != 0, fresh_b = (fresh & 2) != 0;
-  const __m256 one = _mm256_set1_ps(1.0f);
-  const __m256 zero = _mm256_setzero_ps();
-  by_blocks(n, [&](int64_t i0, int64_t i1) {
-    int64_t i = i0;
-    for (; i + 8 <= i1; i += 8) {
-      __m256 va = a.load(i);
-      __m256 vb = b.load(i);
-      __m256 g = _mm256_loadu_ps(dout + i);
-      __m256 den = _mm256_add_ps(one, detail::exp256(_mm256_sub_ps(zero, va)));
-      __m256 s = _mm256_div_ps(one, den);
-      __m256 silu = _mm256_div_ps(va, den);
-      // s * (1 + a * (1 - s))
-      __m256 dsilu = _mm256_mul_ps(s, _mm256_add_ps(one, _mm256_mul_ps(va, _mm256_sub_ps(one, s))));
-      const __m256 da0 = fresh_a ? zero : _mm256_loadu_ps(da + i);
-      const __m256 db0 = fresh_b ? zero : _mm256_loadu_ps(db + i);
-      _mm256_storeu_ps(da + i, _mm256_add_ps(da0, _mm256_mul_ps(_mm256_mul_ps(g, vb), dsilu)));
-      _mm256_storeu_ps(db + i, _mm256_add_ps(db0, _mm256_mul_ps(g, silu)));
-    }
-    for (; i < i1; ++i) {
-      const float ai = a.at(i), bi = b.at(i);
-      const float den = 1.0f + detail::exp_scalar(-ai);
-      const float s = 1.0f / den;
-      const float silu = ai / den;
-      const float dsilu = s * (1.0f + ai * (1.0f - s));
-      da[i] = (fresh_a ? 0.0f : da[i]) + (dout[i] * bi) * dsilu;
-      db[i] = (fresh_b ? 0.0f : db[i]) + dout[i] * silu;
-    }
-  });
+  if constexpr (std::is_same_v<A, F32In> || std::is_same_v<A, Bf16In>) {
+    if (detail::avx512_kernels())
+      return detail::silu_mul_backward_avx512(dout, a.p, b.p, n, da, db, fresh);
+  }
+  detail::silu_mul_backward_lanes<Lanes8>(dout, a, b, n, da, db, fresh);
 }
 
 template <class A, class B, class Out>
 void add_forward_on(A a, B b, int64_t n, Out out) {
-  by_blocks(n, [&](int64_t i0, int64_t i1) {
+  detail::by_elementwise_blocks(n, [&](int64_t i0, int64_t i1) {
     int64_t i = i0;
     for (; i + 8 <= i1; i += 8) out.store(i, _mm256_add_ps(a.load(i), b.load(i)));
     for (; i < i1; ++i) out.set(i, a.at(i) + b.at(i));

@@ -91,11 +91,14 @@ void split_rows(int64_t total, int64_t work_per_row, Body body) {
   });
 }
 
+// Whether the kernels with an AVX-512 instantiation may run it: the CPU has
+// AVX-512F, BW and VL (every AVX-512 CPU since Skylake-X; the SwiGLU gate's
+// masked bf16 tails need BW and VL) and REMAT_MAX_ISA does not cap it (isa.cc).
+bool avx512_kernels();
+
 // The AVX-512 instantiation of the attention kernels (attention_avx512.cc),
-// for attention.cc to call when avx512_attention() holds: the CPU has
-// AVX-512F and REMAT_MAX_ISA does not cap it. Declared here, outside that
-// file's AVX-512 target region, so that the check itself is plain code.
-bool avx512_attention();
+// for attention.cc to call when avx512_kernels() holds. Declared here,
+// outside that file's AVX-512 target region.
 void attention_forward_avx512(const float* q, const float* k, const float* v, int64_t batch,
                               int64_t seq, int64_t past, int64_t heads, int64_t kv_heads,
                               int64_t head_dim, float* out, float* lse);
@@ -112,6 +115,17 @@ void attention_backward_avx512(const float* dout, const bf16* q, const bf16* k, 
                                const float* lse, const float* delta, int64_t batch, int64_t seq,
                                int64_t heads, int64_t kv_heads, int64_t head_dim, float* dq,
                                float* dk, float* dv, uint32_t fresh);
+
+// The 16-lane instantiations of the SwiGLU gate (swiglu_avx512.cc), for
+// elementwise.cc to call where avx512_kernels() holds. fp32 and all-bf16
+// operands, the two the engine runs (mixed ones stay on 8 lanes); the bits
+// of the 8-lane kernels (swiglu_impl.h).
+void silu_mul_forward_avx512(const float* a, const float* b, int64_t n, float* out);
+void silu_mul_forward_avx512(const bf16* a, const bf16* b, int64_t n, bf16* out);
+void silu_mul_backward_avx512(const float* dout, const float* a, const float* b, int64_t n,
+                              float* da, float* db, uint32_t fresh);
+void silu_mul_backward_avx512(const float* dout, const bf16* a, const bf16* b, int64_t n, float* da,
+                              float* db, uint32_t fresh);
 
 // Horizontal sum of 8 lanes in a fixed order.
 inline float hsum(__m256 v) {

@@ -1,4 +1,5 @@
-// The ISA cap (kernels.h): REMAT_MAX_ISA, read once per process.
+// The ISA cap (kernels.h): REMAT_MAX_ISA, read once per process; and whether
+// the kernels with an AVX-512 instantiation may run it (internal.h).
 #include <cblas.h>
 
 #include <algorithm>
@@ -7,6 +8,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "kernels/cpu/internal.h"
 #include "kernels/cpu/kernels.h"
 
 namespace remat::cpu {
@@ -43,5 +45,15 @@ bool isa_capped_at_avx2() {
   static const bool capped = read_cap();
   return capped;
 }
+
+namespace detail {
+
+bool avx512_kernels() {
+  static const bool use = !isa_capped_at_avx2() && __builtin_cpu_supports("avx512f") &&
+                          __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+  return use;
+}
+
+}  // namespace detail
 
 }  // namespace remat::cpu
