@@ -32,10 +32,17 @@ def run(binary, env):
     return lines[0], times
 
 
+def positive(text):
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text}: expected a positive number of rounds")
+    return value
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--binary", default="build/swiglu_rates")
-    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--rounds", type=positive, default=7)
     ap.add_argument("--write", action="store_true")
     args = ap.parse_args()
     load_before = os.getloadavg()[0]

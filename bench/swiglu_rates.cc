@@ -74,13 +74,17 @@ void run(const char* name, int64_t n) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int threads = argc > 1 ? std::atoi(argv[1]) : 2;
-  if (threads < 1) {
-    std::fprintf(stderr, "threads: expected a positive integer, got %s\n", argv[1]);
-    return 2;
+  long threads = 2;
+  if (argc > 1) {
+    char* end = nullptr;
+    threads = std::strtol(argv[1], &end, 10);
+    if (end == argv[1] || *end != '\0' || threads < 1 || threads > 1024) {
+      std::fprintf(stderr, "threads: expected an integer from 1 to 1024, got \"%s\"\n", argv[1]);
+      return 2;
+    }
   }
-  remat::cpu::set_num_threads(threads);
-  std::printf("# threads %d, %s\n", threads,
+  remat::cpu::set_num_threads(static_cast<int>(threads));
+  std::printf("# threads %ld, %s\n", threads,
               remat::cpu::isa_capped_at_avx2() ? "capped at AVX2" : "this CPU's widest kernels");
   run("llama3 debug FFN (2048 x 768)", 2048 * 768);
   run("llama4 debug expert (2048 x 512)", 2048 * 512);
