@@ -2,12 +2,12 @@
 // (bf16.h's *_act): each read as fp32, 8 lanes at index i, the first r < 8
 // of them (load_tail: the other lanes zeros) or element i alone, and each
 // result written from fp32 likewise (store_tail: r lanes), rounded in
-// registers where it is bf16. A kernel body written once on these types gives, instantiated on
-// bf16, the bits of widening its operands, running the fp32 instantiation
-// and rounding its results, without a pass over scratch. F32* and Bf16*
-// fix the dtype at compile time (the usual instantiations); Any* decide per
-// element, for the rare calls whose activations mix dtypes (a value the
-// program keeps in fp32).
+// registers where it is bf16. A kernel body written once on these types
+// gives, instantiated on bf16, the bits of widening its operands, running
+// the fp32 instantiation and rounding its results, without a pass over
+// scratch. F32* and Bf16* fix the dtype at compile time (the usual
+// instantiations); Any* decide per element, for the rare calls whose
+// activations mix dtypes (a value the program keeps in fp32).
 #pragma once
 
 #include <immintrin.h>

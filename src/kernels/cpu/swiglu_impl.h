@@ -1,10 +1,11 @@
 // The SwiGLU gate, silu(a) * b, and its backward, written once on a lane
 // set L: elementwise.cc instantiates them on 8 lanes (AVX2), and
-// swiglu_avx512.cc on 16 (AVX-512F), where the CPU has it. Each element
-// goes through the same IEEE operations in the same order on either
-// (L::exp is the Cephes polynomial of exp256, operation for operation; a
-// ragged tail too, on zero-padded lanes): the two give the same bits, so which
-// one a CPU runs changes no result (tests/kernels/elementwise_test.cc).
+// swiglu_avx512.cc on 16 (AVX-512 F, BW and VL), where the CPU has them.
+// Each element goes through the same IEEE operations in the same order on
+// either (L::exp is the Cephes polynomial of exp256, operation for
+// operation; a ragged tail too, on zero-padded lanes): the two give the
+// same bits, so which one a CPU runs changes no result
+// (tests/kernels/elementwise_test.cc).
 //
 // L provides: Reg, kW (lanes), set1, zero, add, sub, mul, div, exp, and
 // load / store of the operand types of operands.h (F32In, Bf16In, F32Out,
@@ -22,9 +23,9 @@
 
 namespace remat::cpu::detail {
 
-// Elementwise loops are split into fixed blocks of kBlock floats (a
-// multiple of every lane count); each element's arithmetic is the same
-// whichever thread runs its block.
+// Elementwise loops are split into fixed blocks of kElementwiseBlock
+// floats (a multiple of every lane count); each element's arithmetic is the
+// same whichever thread runs its block.
 constexpr int64_t kElementwiseBlock = 4096;
 
 // body(i0, i1) on each fixed block, blocks shared out among the threads.
