@@ -166,6 +166,9 @@ struct Simulator {
         }
       }
       level += s.foreign_grad_bytes[n - s.first];
+      // An input's gradient booked just now that is the output's gradient
+      // buffer handed over: it is booked already, and is not freed below.
+      level -= s.grad_output_taken[n - s.first];
       peak = std::max(peak, level + s.workspace_bytes[n - s.first]);
       for (ValueId v : node.outputs) {
         if (grad_live[v - base]) {
@@ -173,6 +176,7 @@ struct Simulator {
           level -= s.grad_bytes[v - base];
         }
       }
+      level += s.grad_output_taken[n - s.first];
       level -= free_bytes[pos] + s.foreign_freed_bytes[n - s.first];
     }
     return peak;
@@ -208,6 +212,7 @@ std::string block_signature(const Program& program, const BlockShape& s,
     put(s.foreign_grad_bytes[i]);
     put(s.foreign_freed_bytes[i]);
     put(s.workspace_bytes[i]);
+    put(s.grad_output_taken[i]);
     put(s.forward_scratch[i]);
   }
   return sig;
@@ -299,6 +304,7 @@ void describe_foreign_values(const Program& program, const Readers& r, const Ste
   s.foreign_grad_bytes.assign(width, 0);
   s.foreign_freed_bytes.assign(width, 0);
   s.workspace_bytes.assign(width, 0);
+  s.grad_output_taken.assign(width, 0);
   s.forward_scratch.assign(width, 0);
   s.weight_copies = 0;
   auto in_window = [&s](int32_t n) { return n >= s.first && n <= s.last; };
@@ -306,6 +312,12 @@ void describe_foreign_values(const Program& program, const Readers& r, const Ste
   for (int32_t n = s.first; n <= s.last; ++n) {
     const Node& node = program.nodes[n];
     s.workspace_bytes[n - s.first] = booked(bookings.backward_scratch[n], s.scale);
+    // Backward runs in reverse node order: an input's gradient exists at
+    // node n's backward when a later node reads it.
+    if (grad_output_taker(program, node, [&](ValueId v) { return r.last_consumer[v] > n; }) >= 0) {
+      s.grad_output_taken[n - s.first] =
+          booked(bytes_of(numel(program.values[node.outputs[0]].shape), DType::kF32), s.scale);
+    }
     s.forward_scratch[n - s.first] = booked(bookings.forward_scratch[n], s.scale);
     // Every node of a block runs in both its windows (its backward runs
     // whatever the plan), so both cast the same copies.

@@ -83,7 +83,10 @@ struct BlockShape {
   std::vector<int64_t> foreign_grad_bytes;   // per block node: bytes booked by its backward
   std::vector<int64_t> foreign_freed_bytes;  // per block node: freed after its backward
   std::vector<int64_t> workspace_bytes;      // per block node: its backward's scratch
-  std::vector<int64_t> forward_scratch;      // per block node: its forward's scratch
+  // Per block node: the bytes of the output gradient its backward hands to
+  // an input as that input's gradient (grad_output_taker), booked once.
+  std::vector<int64_t> grad_output_taken;
+  std::vector<int64_t> forward_scratch;  // per block node: its forward's scratch
   // The block's bf16 weight copies, live through each of its windows.
   int64_t weight_copies = 0;
 };

@@ -95,7 +95,7 @@ constexpr OpInfo kOpTable[] = {
      .num_inputs = 2, .num_outputs = 1, .saved_inputs = 0b0, .saved_outputs = 0b0,
      .grad_in_place_of_input0 = false, .outputs_always_kept = false,
      .output_suffixes = {":out"}, .output_shapes = rows_by_dim, .flops = no_flops,
-     .workspace_bytes = no_workspace},
+     .workspace_bytes = no_workspace, .grad_output_becomes_input_grad = true},
     {.kind = OpKind::kCrossEntropy, .name = "cross_entropy", .op_class = OpClass::kOther,
      .num_inputs = 1, .num_outputs = 2, .saved_inputs = 0b1, .saved_outputs = 0b10,
      .grad_in_place_of_input0 = true, .outputs_always_kept = false,

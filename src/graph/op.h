@@ -123,6 +123,12 @@ struct OpInfo {
   // The backward re-runs the forward's matmuls (the fused loss head rebuilds
   // its logits): its FLOPs are counted as recompute, beside backward_flops.
   bool backward_recomputes_forward = false;
+  // Every input's gradient is the output's gradient itself (a sum): the
+  // backward hands the output gradient's buffer to the first input whose
+  // gradient no one has written yet (read once by the op), instead of
+  // copying it into a new one (llm.c's residual stream does the same). One
+  // activation-sized buffer fewer, and one write fewer, per add.
+  bool grad_output_becomes_input_grad = false;
 };
 
 const OpInfo& op_info(OpKind kind);

@@ -1,5 +1,6 @@
 #include "graph/program.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace remat {
@@ -39,6 +40,20 @@ void set_compute_dtype(Program& program, DType dtype) {
       if (info.fp32_inputs >> i & 1u) program.values[node.inputs[i]].dtype = DType::kF32;
     }
   }
+}
+
+int grad_output_taker(const Program& program, const Node& node,
+                      const std::function<bool(ValueId)>& grad_written) {
+  if (!op_info(node.kind).grad_output_becomes_input_grad || node.outputs[0] == program.loss) {
+    return -1;
+  }
+  for (size_t i = 0; i < node.inputs.size(); ++i) {
+    const ValueId in = node.inputs[i];
+    // add(x, x): both gradients land in one buffer, which must start from zeros.
+    const bool once = std::count(node.inputs.begin(), node.inputs.end(), in) == 1;
+    if (once && !grad_written(in)) return static_cast<int>(i);
+  }
+  return -1;
 }
 
 }  // namespace remat

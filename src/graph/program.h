@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -79,5 +80,13 @@ struct Program {
 // included, follows from the values' dtypes. Parameters stay fp32 (master
 // weights); runtime/executor.h says how kernels see the values.
 void set_compute_dtype(Program& program, DType dtype);
+
+// Which input's gradient a node's backward makes of its output's gradient
+// buffer (OpInfo::grad_output_becomes_input_grad): the first input read
+// once by the node whose gradient nothing has written yet this pass
+// (grad_written), or -1 for none. The executor asks as it runs; the budget
+// solver's simulation asks ahead of time, with the same answers.
+int grad_output_taker(const Program& program, const Node& node,
+                      const std::function<bool(ValueId)>& grad_written);
 
 }  // namespace remat

@@ -11,7 +11,8 @@
 //    into every gradient (see kernels/cpu/kernels.h), except an op with
 //    OpInfo::grad_in_place_of_input0 and the fresh input and parameter
 //    gradients (OpBuffers::fresh_grad_inputs, fresh_grad_params), which they
-//    overwrite; every backend honours fresh_grad_params for every op;
+//    overwrite; every backend honours fresh_grad_params for every op, and
+//    skips a null grad_inputs[i] (OpInfo::grad_output_becomes_input_grad);
 //  - host memory is touched only through copy_to_host / copy_from_host (or
 //    the helpers below), and only where data is inherently host data: files,
 //    the initial weights, metrics.
@@ -50,7 +51,10 @@ struct OpBuffers {
   // Backward only. `inputs` then holds the saved values, in the order op.h
   // states (saved inputs, then saved outputs).
   const float* grad_output = nullptr;  // gradient of output 0
-  std::vector<float*> grad_inputs;     // accumulated into, unless fresh
+  // Accumulated into, unless fresh. Null for the input whose gradient the
+  // output's gradient becomes (OpInfo::grad_output_becomes_input_grad): the
+  // kernel writes nothing for it.
+  std::vector<float*> grad_inputs;
   // Bit i: grad_inputs[i] holds no contribution yet and unspecified bytes
   // (the executor did not zero it); the backward overwrites it with the bits
   // accumulating into zeros would give. Only bits of fresh_grad_inputs(kind).

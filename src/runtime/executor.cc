@@ -304,6 +304,7 @@ void Executor::backward(const Step& step, const Batch& batch) {
   b.param_dtype = use == Bf16Use::kAll ? DType::kBF16 : DType::kF32;
   const OpInfo& info = op_info(node.kind);
   Tensor grad_output;  // bf16 kernels: the output's gradient rounded to bf16
+  int taker = -1;      // grad_output_taker
   if (info.grad_in_place_of_input0) {
     // The input's buffer becomes its gradient: no second copy exists.
     const ValueId in = node.inputs[0];
@@ -314,13 +315,18 @@ void Executor::backward(const Step& step, const Batch& batch) {
     grads_[in].recategorize(MemoryCategory::kTemporaries);
     b.grad_inputs.push_back(grads_[in].data());
   } else {
+    // The output's gradient becomes this input's (a sum's backward): the
+    // kernel gets no buffer for it, and the move follows the kernel.
+    taker = grad_output_taker(program_, node, [this](ValueId v) { return grads_[v].defined(); });
     // The first backward to reach a value's gradient overwrites it when its
     // kernel can (fresh): no memset of a buffer it would overwrite anyway.
     b.fresh_grad_inputs = fresh_grad_inputs(node);
     for (size_t i = 0; i < node.inputs.size(); ++i) {
       const bool fresh = ((b.fresh_grad_inputs >> i) & 1) != 0;
-      b.grad_inputs.push_back(grad_of(node.inputs[i], fresh).data());
+      b.grad_inputs.push_back(static_cast<int>(i) == taker ? nullptr
+                                                           : grad_of(node.inputs[i], fresh).data());
     }
+    if (taker >= 0) b.fresh_grad_inputs &= ~(1u << taker);
     const Tensor& dy = grads_[node.outputs[0]];
     // The loss's own gradient is 1, which its op knows (no buffer).
     const bool is_loss = node.outputs[0] == program_.loss;
@@ -346,6 +352,7 @@ void Executor::backward(const Step& step, const Batch& batch) {
   // logits) re-runs those FLOPs: hardware work, not model work.
   counts_.recompute_flops += backward_recompute_flops(node);
   if (!dry_run()) backend_.backward(node, b);
+  if (taker >= 0) grads_[node.inputs[taker]] = std::move(grads_[node.outputs[0]]);
   // The gradient of this node's outputs has been consumed.
   for (ValueId out : node.outputs) grads_[out].reset();
 }

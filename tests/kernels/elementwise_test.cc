@@ -257,6 +257,26 @@ TEST(Add, ForwardAndGradients) {
   }
 }
 
+// One gradient null (the executor handed dout's buffer to that input): the
+// other is written, fresh or accumulated, and nothing else is touched.
+TEST(Add, BackwardWithOneGradientWritesOnlyThatOne) {
+  const int64_t n = 70001;  // past kParallelMin: the threaded loop
+  auto r = random_vector(n, 12), start = random_vector(n, 13);
+  for (int which = 0; which < 2; ++which) {
+    for (uint32_t fresh : {0u, 3u}) {
+      std::vector<float> g = fresh != 0 ? std::vector<float>(n, NAN) : start;
+      float* da = which == 0 ? g.data() : nullptr;
+      float* db = which == 1 ? g.data() : nullptr;
+      add_backward(r.data(), n, da, db, fresh);
+      for (int64_t i = 0; i < n; ++i) {
+        const float want = (fresh != 0 ? 0.0f : start[i]) + r[i];
+        ASSERT_EQ(g[i], want) << "gradient " << which << " fresh " << fresh << " at " << i;
+      }
+    }
+  }
+  add_backward(r.data(), n, nullptr, nullptr, 3);  // neither: nothing to write
+}
+
 // ---------------------------------------------------------------- cross-entropy
 
 double naive_cross_entropy(const std::vector<float>& logits, const std::vector<int32_t>& targets,

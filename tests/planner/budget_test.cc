@@ -12,6 +12,7 @@
 #include <ctime>
 #include <random>
 
+#include "graph/builder.h"
 #include "models/registry.h"
 #include "planner/planner.h"
 #include "runtime/executor.h"
@@ -93,6 +94,38 @@ TEST(BudgetModel, PeakEqualsReplayForRandomChoices) {
       ASSERT_EQ(peak_of(pb, option), p.peak_bytes) << c.name << " trial " << trial;
       ASSERT_DOUBLE_EQ(cost_of(pb, option), static_cast<double>(p.recompute_flops)) << c.name;
     }
+  }
+}
+
+// Blocks whose backward peaks at a residual add's step, where the add hands
+// its output's gradient to an input (OpInfo::grad_output_becomes_input_grad):
+// x + linear(norm(x)) + norm(x). The simulation books that step as the
+// executor does, for every choice of every block.
+TEST(BudgetModel, PeakEqualsReplayWhereAnAddsBackwardPeaks) {
+  const int64_t vocab = 16, dim = 64;
+  ProgramBuilder b(/*batch=*/2, /*seq=*/8);
+  const ParamInit init{ParamInit::Kind::kNormal, 0.02, 0, 0};
+  const ParamInit ones{ParamInit::Kind::kOnes, 0, 0, 0};
+  ValueId h = b.embedding("tok_embeddings", b.param("tok_embeddings.weight", {vocab, dim}, init));
+  for (int32_t layer = 0; layer < 3; ++layer) {
+    const std::string at = "layers." + std::to_string(layer) + ".";
+    b.set_block(layer);
+    const ValueId n = b.rmsnorm(at + "norm", h, b.param(at + "norm.weight", {dim}, ones), 1e-5f);
+    const ValueId y = b.linear(at + "proj", n, b.param(at + "proj.weight", {dim, dim}, init));
+    h = b.add(at + "add_proj", h, y);
+    h = b.add(at + "add_norm", h, n);
+  }
+  b.set_block(-1);
+  b.cross_entropy("loss", b.linear("output", h, b.param("output.weight", {vocab, dim}, init)));
+  const Program program = b.finish();
+  const BudgetProblem pb = problem_for(program, {});
+  for (size_t o = 0; o < pb.options[pb.block_class[0]].size(); ++o) {
+    const std::vector<int32_t> option(pb.blocks.size(), static_cast<int32_t>(o));
+    BudgetChoice choice;
+    choice.option = option;
+    const Prediction p = predict(program, plan_from_choice(pb, choice), {});
+    EXPECT_EQ(peak_of(pb, option), p.peak_bytes)
+        << "option " << o << ", peak during " << p.peak_during;
   }
 }
 

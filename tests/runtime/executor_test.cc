@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <map>
 #include <random>
 
 #include "ac/policy.h"
@@ -178,6 +179,40 @@ TEST_F(ExecutorTest, DryRunBooksExactlyWhatARealRunAllocates) {
     EXPECT_EQ(real.at_peak.bytes, dry.at_peak.bytes);
     EXPECT_EQ(real.peak_label, dry.peak_label);
     EXPECT_FALSE(real.peak_label.empty());
+  }
+}
+
+// A residual add's backward hands its output's gradient buffer to its first
+// input (OpInfo::grad_output_becomes_input_grad): its step books one new
+// gradient (the other input's), not two, in every mode, and the budget
+// solver's simulation (tests/planner/budget_test.cc) books the same.
+TEST_F(ExecutorTest, AnAddsBackwardBooksOneGradientNotTwo) {
+  for (const AcOptions& mode : all_modes(program)) {
+    SCOPED_TRACE(describe(mode));
+    Allocator allocator;
+    ModelState state(program, allocator, true);
+    state.initialize(3);
+    Executor ex(program, make_schedule(program, make_plan(program, mode), true), allocator, state);
+    const Step* current = nullptr;
+    ex.set_step_observer([&](const Step& step) { current = &step; });
+    std::map<int32_t, std::vector<int64_t>> add_allocations;  // node -> bytes booked
+    int64_t temporaries = 0;
+    allocator.set_listener([&](const MemorySnapshot& now) {
+      const int64_t level = now[MemoryCategory::kTemporaries];
+      if (current != nullptr && current->kind == Step::Kind::kBackward &&
+          program.nodes[current->node].kind == OpKind::kAdd && level > temporaries) {
+        add_allocations[current->node].push_back(level - temporaries);
+      }
+      temporaries = level;
+    });
+    ex.run(Batch{tokens.inputs.data(), tokens.targets.data()});
+    allocator.set_listener({});
+    ASSERT_EQ(add_allocations.size(), 2 * static_cast<size_t>(program.n_blocks));
+    for (const auto& [node, booked] : add_allocations) {
+      const Value& out = program.values[program.nodes[node].outputs[0]];
+      EXPECT_EQ(booked, std::vector<int64_t>{bytes_of(numel(out.shape), DType::kF32)})
+          << program.nodes[node].fqn;
+    }
   }
 }
 

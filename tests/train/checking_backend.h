@@ -170,8 +170,18 @@ class CheckingBackend final : public Backend {
     expect_count(b.inputs.size(), saved.size(), "saved values" + at);
     for (size_t i = 0; i < saved.size(); ++i)
       check_buffer(b.inputs[i], value_bytes(saved[i]), "saved value" + at);
-    for (size_t i = 0; i < b.grad_inputs.size(); ++i)
+    int handed = 0;  // inputs whose gradient is the output's (no buffer)
+    for (size_t i = 0; i < b.grad_inputs.size(); ++i) {
+      if (b.grad_inputs[i] == nullptr && op_info(node.kind).grad_output_becomes_input_grad) {
+        if (++handed > 1 || ((b.fresh_grad_inputs >> i) & 1) != 0)
+          throw std::logic_error(
+              "checking backend: a null input gradient that is fresh, or "
+              "more than one" +
+              at);
+        continue;
+      }
       check_buffer(b.grad_inputs[i], value_bytes(node.inputs[i]), "input gradient" + at);
+    }
     for (size_t i = 0; i < b.grad_params.size(); ++i)
       check_buffer(b.grad_params[i], param_bytes(node.params[i]), "parameter gradient" + at);
     if (b.grad_output != nullptr)

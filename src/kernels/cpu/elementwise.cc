@@ -140,11 +140,19 @@ void add_backward(const float* dout, int64_t n, float* da, float* db, uint32_t f
   const int nt = num_threads();
   // g = 0.0f + dout for a fresh gradient: the bits a zeroed buffer would get.
   const bool fresh_a = (fresh & 1) != 0, fresh_b = (fresh & 2) != 0;
+  if (da != nullptr && db != nullptr) {
 #pragma omp parallel for schedule(static) num_threads(nt) if (n >= detail::kParallelMin)
-  for (int64_t i = 0; i < n; ++i) {
-    if (da != nullptr) da[i] = (fresh_a ? 0.0f : da[i]) + dout[i];
-    if (db != nullptr) db[i] = (fresh_b ? 0.0f : db[i]) + dout[i];
+    for (int64_t i = 0; i < n; ++i) {
+      da[i] = (fresh_a ? 0.0f : da[i]) + dout[i];
+      db[i] = (fresh_b ? 0.0f : db[i]) + dout[i];
+    }
+    return;
   }
+  float* g = da != nullptr ? da : db;  // the one gradient written, if any
+  if (g == nullptr) return;
+  const bool fresh_g = da != nullptr ? fresh_a : fresh_b;
+#pragma omp parallel for schedule(static) num_threads(nt) if (n >= detail::kParallelMin)
+  for (int64_t i = 0; i < n; ++i) g[i] = (fresh_g ? 0.0f : g[i]) + dout[i];
 }
 
 }  // namespace remat::cpu

@@ -168,7 +168,8 @@ void silu_mul_forward(const float* a, const float* b, int64_t n, float* out);
 void silu_mul_backward(const float* dout, const float* a, const float* b, int64_t n, float* da,
                        float* db, uint32_t fresh = 0);  // fresh: bit 0 da, bit 1 db
 
-// --- residual add: out = a + b; backward: da += dout, db += dout
+// --- residual add: out = a + b; backward: da += dout, db += dout (a null
+// da or db is skipped: the executor hands dout's buffer to that input)
 void add_forward(const float* a, const float* b, int64_t n, float* out);
 void add_backward(const float* dout, int64_t n, float* da, float* db,
                   uint32_t fresh = 0);  // fresh: bit 0 da, bit 1 db
