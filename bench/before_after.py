@@ -2,9 +2,9 @@
 
 Trains the same models in the same AC modes with a "before" and an "after"
 binary, interleaved step runs over --rounds rounds (so a disturbance hits
-both alike), and reports each pair's median tokens/s and their ratio. Also
-checks that both binaries report the same loss at every step: a refactor
-must not change a bit. With --write, replaces the "before_after" section of
+both alike), and reports each pair's median tokens/s and their ratio, and
+each binary's measured peak memory. Also checks that both binaries report
+the same loss at every step: a refactor must not change a bit. With --write, replaces the "before_after" section of
 BENCHMARKS.md.
 
 Usage: /usr/bin/python3 bench/before_after.py --before OLD/remat --after build/remat
@@ -41,7 +41,8 @@ def train(remat, model, mode, steps, tmp):
                     "--job.dump_folder", tmp, "--training.threads", "2"],
                    check=True, capture_output=True)
     rows = [json.loads(line) for line in open(metrics)]
-    return [r["tps"] for r in rows[2:]], [r["loss"] for r in rows]
+    return ([r["tps"] for r in rows[2:]], [r["loss"] for r in rows],
+            max(r["peak_bytes"] for r in rows))
 
 
 def upper_decile(xs):
@@ -73,21 +74,21 @@ def main():
            f"{time.strftime('%Y-%m-%d %H:%M')} UTC, 1-minute load average {load:.1f} at the "
            f"start. Median and upper decile (the rate 10% of steps beat) of tokens/s over "
            f"{args.steps} timed steps x {args.rounds} interleaved rounds; losses compared at "
-           "every step. This machine shares its host: other tenants slow some steps by up to "
+           "every step; peak: the allocator's measured peak (the log's peak_bytes). This machine shares its host: other tenants slow some steps by up to "
            "half, never speed one up, so the upper decile is the steadier measure of what a "
            "binary can do.", "",
            "| model | AC mode | before median | after median | ratio | before upper decile | "
-           "after upper decile | ratio | losses |",
-           "|---|---|---:|---:|---:|---:|---:|---:|---|"]
+           "after upper decile | ratio | peak MiB before | after | losses |",
+           "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     with tempfile.TemporaryDirectory() as tmp:
         for name, model in MODELS.items():
             for mode_name, mode in MODES.items():
                 tps = {"before": [], "after": []}
-                losses = {}
+                losses, peak = {}, {}
                 for _ in range(args.rounds):
                     for which in ("before", "after"):
                         binary = args.before if which == "before" else args.after
-                        t, loss = train(binary, model, mode, args.steps, tmp)
+                        t, loss, peak[which] = train(binary, model, mode, args.steps, tmp)
                         tps[which] += t
                         losses[which] = loss
                 before = statistics.median(tps["before"])
@@ -96,7 +97,8 @@ def main():
                 same = losses_compared(losses["before"], losses["after"])
                 out.append(f"| {name} | {mode_name} | {before:,.0f} | {after:,.0f} | "
                            f"{after / before:.3f} | {before_top:,.0f} | {after_top:,.0f} | "
-                           f"{after_top / before_top:.3f} | {same} |")
+                           f"{after_top / before_top:.3f} | {peak['before'] / 2**20:,.1f} | "
+                           f"{peak['after'] / 2**20:,.1f} | {same} |")
                 print(out[-1], flush=True)
     out += ["", end]
     text = "\n".join(out)

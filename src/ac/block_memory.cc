@@ -159,9 +159,17 @@ struct Simulator {
         level -= free_bytes[pos];
         continue;
       }
-      for (ValueId v : node.inputs) {
-        if (is_own(s, v) && !grad_live[v - base]) {
-          grad_live[v - base] = true;
+      // Inputs that die here and become their own gradients: booked
+      // already, and not freed below.
+      int64_t kept_as_grads = 0;
+      for (size_t i = 0; i < node.inputs.size(); ++i) {
+        const ValueId v = node.inputs[i];
+        if (!is_own(s, v) || grad_live[v - base]) continue;
+        grad_live[v - base] = true;
+        if (((s.grads_over_inputs[n - s.first] >> i) & 1) != 0 &&
+            dies_at(v - base, pos, recompute)) {
+          kept_as_grads += s.bytes[v - base];
+        } else {
           level += s.grad_bytes[v - base];
         }
       }
@@ -178,8 +186,14 @@ struct Simulator {
       }
       level += s.grad_output_taken[n - s.first];
       level -= free_bytes[pos] + s.foreign_freed_bytes[n - s.first];
+      level += kept_as_grads;
     }
     return peak;
+  }
+
+  // Own value i is freed after window position pos (free_bytes' rule).
+  bool dies_at(int32_t i, int32_t pos, const std::vector<bool>& recompute) const {
+    return backward_last[i] == pos && !s.boundary[i] && (keep[i] || producer_in(recompute, i));
   }
 };
 
@@ -209,6 +223,7 @@ std::string block_signature(const Program& program, const BlockShape& s,
         s.pinned[i] * 16);
   }
   for (size_t i = 0; i < s.workspace_bytes.size(); ++i) {
+    put(s.grads_over_inputs[i]);
     put(s.foreign_grad_bytes[i]);
     put(s.foreign_freed_bytes[i]);
     put(s.workspace_bytes[i]);
@@ -305,6 +320,7 @@ void describe_foreign_values(const Program& program, const Readers& r, const Ste
   s.foreign_freed_bytes.assign(width, 0);
   s.workspace_bytes.assign(width, 0);
   s.grad_output_taken.assign(width, 0);
+  s.grads_over_inputs.assign(width, 0);
   s.forward_scratch.assign(width, 0);
   s.weight_copies = 0;
   auto in_window = [&s](int32_t n) { return n >= s.first && n <= s.last; };
@@ -312,6 +328,9 @@ void describe_foreign_values(const Program& program, const Readers& r, const Ste
   for (int32_t n = s.first; n <= s.last; ++n) {
     const Node& node = program.nodes[n];
     s.workspace_bytes[n - s.first] = booked(bookings.backward_scratch[n], s.scale);
+    for (size_t i = 0; i < node.inputs.size(); ++i) {
+      if (grad_may_overwrite_input(program, n, i)) s.grads_over_inputs[n - s.first] |= 1u << i;
+    }
     // Backward runs in reverse node order: an input's gradient exists at
     // node n's backward when a later node reads it.
     if (grad_output_taker(program, node, [&](ValueId v) { return r.last_consumer[v] > n; }) >= 0) {

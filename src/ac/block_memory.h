@@ -86,6 +86,9 @@ struct BlockShape {
   // Per block node: the bytes of the output gradient its backward hands to
   // an input as that input's gradient (grad_output_taker), booked once.
   std::vector<int64_t> grad_output_taken;
+  // Per block node: the inputs that become their own gradients in place
+  // where the choice lets them die at its backward (grad_may_overwrite_input).
+  std::vector<uint32_t> grads_over_inputs;
   std::vector<int64_t> forward_scratch;  // per block node: its forward's scratch
   // The block's bf16 weight copies, live through each of its windows.
   int64_t weight_copies = 0;

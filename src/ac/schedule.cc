@@ -43,6 +43,23 @@ void mark_first_gradient_writers(const Program& program, Schedule& schedule) {
   }
 }
 
+// Step::grads_over_inputs: an input that may hold its own gradient and dies
+// at this backward step becomes that gradient instead of being freed.
+void mark_gradients_over_inputs(const Program& program, Schedule& schedule) {
+  for (auto& step : schedule.steps) {
+    if (step.kind != Step::Kind::kBackward) continue;
+    const Node& node = program.nodes[step.node];
+    if (op_info(node.kind).grads_over_saved_inputs == 0) continue;
+    for (size_t i = 0; i < node.inputs.size(); ++i) {
+      auto& freed = step.free_after;
+      const auto it = std::find(freed.begin(), freed.end(), node.inputs[i]);
+      if (it == freed.end() || !grad_may_overwrite_input(program, step.node, i)) continue;
+      freed.erase(it);
+      step.grads_over_inputs |= 1u << i;
+    }
+  }
+}
+
 // The steps in the order they run: every forward step, then, block by block
 // from the last, the block's recomputed nodes (in forward order) and its
 // backward steps.
@@ -131,6 +148,7 @@ Schedule make_schedule(const Program& program, const Plan& plan, bool with_backw
       schedule.steps[backward_last[v]].free_after.push_back(v);
     }
   }
+  if (with_backward) mark_gradients_over_inputs(program, schedule);
   return schedule;
 }
 

@@ -22,6 +22,11 @@ struct Step {
   // gradient). That step's kernel overwrites the gradient (OpBuffers::
   // fresh_grad_params) and later ones accumulate, so no step zeroes it.
   uint32_t fresh_grad_params = 0;
+  // Backward steps: bit i is set when node.inputs[i] dies at this step and
+  // its buffer becomes its gradient (grad_may_overwrite_input): the kernel
+  // overwrites it, and it is released as that gradient, not listed in
+  // free_after.
+  uint32_t grads_over_inputs = 0;
 };
 
 struct Schedule {

@@ -129,6 +129,13 @@ struct OpInfo {
   // copying it into a new one (llm.c's residual stream does the same). One
   // activation-sized buffer fewer, and one write fewer, per add.
   bool grad_output_becomes_input_grad = false;
+  // Saved inputs (bitmask) whose buffer the backward may overwrite with
+  // their own gradient where the schedule would free them after this step
+  // anyway (Step::grads_over_inputs): the kernel reads each element before
+  // writing its gradient in the same place (silu_mul's a and b). Two
+  // activation-sized buffers fewer at the FFN's backward, where AC modes
+  // peak.
+  uint32_t grads_over_saved_inputs = 0;
 };
 
 const OpInfo& op_info(OpKind kind);

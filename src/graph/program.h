@@ -89,4 +89,11 @@ void set_compute_dtype(Program& program, DType dtype);
 int grad_output_taker(const Program& program, const Node& node,
                       const std::function<bool(ValueId)>& grad_written);
 
+// Whether input i of node `n` may become its own gradient in place
+// (OpInfo::grads_over_saved_inputs) whenever the plan lets it die at n's
+// backward: an fp32 value read once by n, whose gradient n writes first (n
+// is its last reader), produced and read only inside n's block. Which plans
+// let it die there is the schedule's to say (Step::grads_over_inputs).
+bool grad_may_overwrite_input(const Program& program, int32_t n, size_t i);
+
 }  // namespace remat

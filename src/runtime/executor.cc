@@ -281,6 +281,33 @@ Tensor Executor::scratch(int64_t bytes) {
   return Tensor(*allocator_, {bytes / dtype_size(DType::kF32)}, MemoryCategory::kTemporaries);
 }
 
+int Executor::input_gradients(const Step& step, const Node& node, OpBuffers& b) {
+  // The output's gradient becomes this input's (a sum's backward): the
+  // kernel gets no buffer for it, and the move follows the kernel.
+  const int taker =
+      grad_output_taker(program_, node, [this](ValueId v) { return grads_[v].defined(); });
+  // The first backward to reach a value's gradient overwrites it when its
+  // kernel can (fresh): no memset of a buffer it would overwrite anyway.
+  b.fresh_grad_inputs = fresh_grad_inputs(node);
+  for (size_t i = 0; i < node.inputs.size(); ++i) {
+    const bool fresh = ((b.fresh_grad_inputs >> i) & 1) != 0;
+    if (((step.grads_over_inputs >> i) & 1) != 0) {
+      // The input dies here: its buffer becomes its gradient, which the
+      // kernel writes over it as it reads it.
+      if (!fresh) throw std::logic_error("executor: an in-place gradient not fresh at " + label_);
+      Tensor& g = grads_[node.inputs[i]];
+      g = std::move(values_[node.inputs[i]]);
+      g.recategorize(MemoryCategory::kTemporaries);
+      b.grad_inputs.push_back(g.data());
+      continue;
+    }
+    b.grad_inputs.push_back(static_cast<int>(i) == taker ? nullptr
+                                                         : grad_of(node.inputs[i], fresh).data());
+  }
+  if (taker >= 0) b.fresh_grad_inputs &= ~(1u << taker);
+  return taker;
+}
+
 void Executor::backward(const Step& step, const Batch& batch) {
   const Node& node = program_.nodes[step.node];
   const Bf16Use use = bf16_use(node);
@@ -315,18 +342,7 @@ void Executor::backward(const Step& step, const Batch& batch) {
     grads_[in].recategorize(MemoryCategory::kTemporaries);
     b.grad_inputs.push_back(grads_[in].data());
   } else {
-    // The output's gradient becomes this input's (a sum's backward): the
-    // kernel gets no buffer for it, and the move follows the kernel.
-    taker = grad_output_taker(program_, node, [this](ValueId v) { return grads_[v].defined(); });
-    // The first backward to reach a value's gradient overwrites it when its
-    // kernel can (fresh): no memset of a buffer it would overwrite anyway.
-    b.fresh_grad_inputs = fresh_grad_inputs(node);
-    for (size_t i = 0; i < node.inputs.size(); ++i) {
-      const bool fresh = ((b.fresh_grad_inputs >> i) & 1) != 0;
-      b.grad_inputs.push_back(static_cast<int>(i) == taker ? nullptr
-                                                           : grad_of(node.inputs[i], fresh).data());
-    }
-    if (taker >= 0) b.fresh_grad_inputs &= ~(1u << taker);
+    taker = input_gradients(step, node, b);
     const Tensor& dy = grads_[node.outputs[0]];
     // The loss's own gradient is 1, which its op knows (no buffer).
     const bool is_loss = node.outputs[0] == program_.loss;

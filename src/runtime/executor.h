@@ -151,6 +151,10 @@ class Executor {
   // The inputs of `node` whose gradient its backward is the first to write
   // and can take fresh.
   uint32_t fresh_grad_inputs(const Node& node) const;
+  // Sets b's input gradients for `node`'s backward step: fresh bits, buffers
+  // (in place of dying inputs, Step::grads_over_inputs), and none for the
+  // input the output's gradient becomes, whose index it returns (or -1).
+  int input_gradients(const Step& step, const Node& node, OpBuffers& b);
   // Which bf16 buffers `node`'s kernels take (see above).
   Bf16Use bf16_use(const Node& node) const;
   // The buffer a kernel reads for `value`: the value itself, or (bf16 value,

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <map>
 #include <random>
+#include <string>
 
 #include "ac/policy.h"
 #include "kernels/cpu/kernels.h"
@@ -213,6 +214,46 @@ TEST_F(ExecutorTest, AnAddsBackwardBooksOneGradientNotTwo) {
       EXPECT_EQ(booked, std::vector<int64_t>{bytes_of(numel(out.shape), DType::kF32)})
           << program.nodes[node].fqn;
     }
+  }
+}
+
+// Inputs that die at their reader's backward become their own gradients
+// (OpInfo::grads_over_saved_inputs) in every mode: the SwiGLU gate's a and b
+// (w1's and w3's outputs) and w2's input (read by nothing else); not wo's,
+// which attention's backward reads after. Those steps book no new byte.
+TEST_F(ExecutorTest, DyingInputsBecomeTheirGradientsAndBookNothing) {
+  const std::map<std::string, uint32_t> expected = {{"feed_forward.silu_mul", 0b11},
+                                                    {"feed_forward.w2", 0b1}};
+  for (const AcOptions& mode : all_modes(program)) {
+    SCOPED_TRACE(describe(mode));
+    const Schedule schedule = make_schedule(program, make_plan(program, mode), true);
+    int marked = 0;
+    for (const Step& step : schedule.steps) {
+      if (step.kind != Step::Kind::kBackward) continue;
+      const std::string& fqn = program.nodes[step.node].fqn;
+      const std::string module = fqn.substr(fqn.find('.', fqn.find('.') + 1) + 1);
+      const auto it = expected.find(module);
+      EXPECT_EQ(step.grads_over_inputs, it == expected.end() ? 0u : it->second) << fqn;
+      marked += step.grads_over_inputs != 0;
+    }
+    EXPECT_EQ(marked, 2 * program.n_blocks);
+    Allocator allocator;
+    ModelState state(program, allocator, true);
+    state.initialize(3);
+    Executor ex(program, schedule, allocator, state);
+    const Step* current = nullptr;
+    int64_t at_start = 0, highest_above = 0;
+    ex.set_step_observer([&](const Step& step) {
+      current = &step;
+      at_start = allocator.current().total();
+    });
+    allocator.set_listener([&](const MemorySnapshot& now) {
+      if (current != nullptr && current->grads_over_inputs != 0)
+        highest_above = std::max(highest_above, now.total() - at_start);
+    });
+    ex.run(Batch{tokens.inputs.data(), tokens.targets.data()});
+    allocator.set_listener({});
+    EXPECT_EQ(highest_above, 0);
   }
 }
 

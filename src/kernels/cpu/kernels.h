@@ -69,13 +69,14 @@ void rmsnorm_backward(const float* dout, const float* x, const float* weight, co
 
 // --- linear (no bias), PyTorch weight layout: y[m, n] = x[m, k] @ w[n, k]^T
 void linear_forward(const float* x, const float* w, int64_t m, int64_t k, int64_t n, float* y);
-// dx[m, k] += dy @ w ; dw[n, k] += dy^T @ x. fresh: bit 0 dx, bit 1 dw.
+// dx[m, k] += dy @ w ; dw[n, k] += dy^T @ x. fresh: bit 0 dx, bit 1 dw. A
+// fresh dx may be x's own buffer: dw is made before dx overwrites x.
 void linear_backward(const float* dy, const float* x, const float* w, int64_t m, int64_t k,
                      int64_t n, float* dx, float* dw, uint32_t fresh = 0);
 
 // --- linear with the weight stored (in, out): y[m, n] = x[m, k] @ w[k, n]
 // (torchtitan's expert layout). dx += dy @ w^T ; dw += x^T @ dy (null: skipped).
-// fresh: bit 0 dx, bit 1 dw.
+// fresh: bit 0 dx, bit 1 dw. A fresh dx may be x's own buffer, as above.
 void linear_in_out_forward(const float* x, const float* w, int64_t m, int64_t k, int64_t n,
                            float* y);
 void linear_in_out_backward(const float* dy, const float* x, const float* w, int64_t m, int64_t k,
@@ -163,7 +164,8 @@ void attention_backward(const float* dout, const float* q, const float* k, const
                         int64_t heads, int64_t kv_heads, int64_t head_dim, float* dq, float* dk,
                         float* dv, float* workspace, uint32_t fresh = 0);  // fresh: dq, dk, dv
 
-// --- SwiGLU gate: out = silu(a) * b, elementwise over n
+// --- SwiGLU gate: out = silu(a) * b, elementwise over n. Backward: fresh
+// da and db may be a's and b's own buffers (each element is read first).
 void silu_mul_forward(const float* a, const float* b, int64_t n, float* out);
 void silu_mul_backward(const float* dout, const float* a, const float* b, int64_t n, float* da,
                        float* db, uint32_t fresh = 0);  // fresh: bit 0 da, bit 1 db

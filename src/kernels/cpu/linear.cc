@@ -49,17 +49,18 @@ void linear_forward(const float* x, const float* w, int64_t m, int64_t k, int64_
 void linear_backward(const float* dy, const float* x, const float* w, int64_t m, int64_t k,
                      int64_t n, float* dx, float* dw, uint32_t fresh) {
   if (zero_fresh_if_empty(m, k, n, dx, dw, fresh)) return;
+  // dw first: dx may be x's own buffer (kernels.h).
+  // dw[n, k] += dy[m, n]^T @ x[m, k], split over rows of dw (skipped when null).
+  if (dw != nullptr) {
+    detail::split_rows(n, m * k, [&](int64_t r0, int64_t r1) {
+      gemm_fp32(true, false, r1 - r0, k, m, dy + r0, n, x, k, write_of(fresh, 2), dw + r0 * k, k);
+    });
+  }
   // dx[m, k] += dy[m, n] @ w[n, k], split over rows of dx (skipped when null).
   if (dx != nullptr) {
     detail::split_rows(m, k * n, [&](int64_t r0, int64_t r1) {
       gemm_fp32(false, false, r1 - r0, k, n, dy + r0 * n, n, w, k, write_of(fresh, 1), dx + r0 * k,
                 k);
-    });
-  }
-  // dw[n, k] += dy[m, n]^T @ x[m, k], split over rows of dw (skipped when null).
-  if (dw != nullptr) {
-    detail::split_rows(n, m * k, [&](int64_t r0, int64_t r1) {
-      gemm_fp32(true, false, r1 - r0, k, m, dy + r0, n, x, k, write_of(fresh, 2), dw + r0 * k, k);
     });
   }
 }
@@ -75,17 +76,18 @@ void linear_in_out_forward(const float* x, const float* w, int64_t m, int64_t k,
 void linear_in_out_backward(const float* dy, const float* x, const float* w, int64_t m, int64_t k,
                             int64_t n, float* dx, float* dw, uint32_t fresh) {
   if (zero_fresh_if_empty(m, k, n, dx, dw, fresh)) return;
+  // dw first: dx may be x's own buffer (kernels.h).
+  // dw[k, n] += x[m, k]^T @ dy[m, n], split over rows of dw.
+  if (dw != nullptr) {
+    detail::split_rows(k, m * n, [&](int64_t r0, int64_t r1) {
+      gemm_fp32(true, false, r1 - r0, n, m, x + r0, k, dy, n, write_of(fresh, 2), dw + r0 * n, n);
+    });
+  }
   // dx[m, k] += dy[m, n] @ w[k, n]^T, split over rows of dx.
   if (dx != nullptr) {
     detail::split_rows(m, k * n, [&](int64_t r0, int64_t r1) {
       gemm_fp32(false, true, r1 - r0, k, n, dy + r0 * n, n, w, n, write_of(fresh, 1), dx + r0 * k,
                 k);
-    });
-  }
-  // dw[k, n] += x[m, k]^T @ dy[m, n], split over rows of dw.
-  if (dw != nullptr) {
-    detail::split_rows(k, m * n, [&](int64_t r0, int64_t r1) {
-      gemm_fp32(true, false, r1 - r0, n, m, x + r0, k, dy, n, write_of(fresh, 2), dw + r0 * n, n);
     });
   }
 }
