@@ -51,6 +51,7 @@ def train(tmp, name, args):
 def main():
     failures = []
     references = {}
+    lowest = {}  # per model: the lowest peak any plan reaches (budget fraction 0)
     with tempfile.TemporaryDirectory() as tmp:
         for model, model_args in MODELS.items():
             reference, _ = train(tmp, f"{model}-none".replace(" ", "-"),
@@ -87,6 +88,7 @@ def main():
                     if recompute < previous[1]:
                         failures.append(f"{model} {fraction}: recompute fell as the budget fell")
                 previous = (predicted, recompute)
+            lowest[model] = previous[0]
 
         # auto: the fastest plan under memory.limit.
         plan = json.loads(subprocess.run([REMAT, "plan", *MODELS["debug"], AC + "mode", "auto",
@@ -112,8 +114,8 @@ def main():
         if run.returncode != 2 or "smallest peak" not in run.stderr or out.exists():
             failures.append(f"unreachable budget: exit {run.returncode}, {run.stderr!r}")
         run = subprocess.run([REMAT, "train", *MODELS["debug"], AC + "mode", "memory_budget",
-                              AC + "memory_budget", "125000000B", "--job.dump_folder", tmp],
-                             capture_output=True, text=True)
+                              AC + "memory_budget", f"{lowest['debug'] - 1}B", "--job.dump_folder",
+                              tmp], capture_output=True, text=True)
         if run.returncode != 2 or "local_batch_size = " not in run.stderr:
             failures.append(f"budget below batch 4's lowest peak: no batch advice: {run.stderr!r}")
     if failures:
