@@ -132,9 +132,10 @@ struct OpInfo {
   // Saved inputs (bitmask) whose buffer the backward may overwrite with
   // their own gradient where the schedule would free them after this step
   // anyway (Step::grads_over_inputs): the kernel reads each element before
-  // writing its gradient in the same place (silu_mul's a and b). Two
+  // writing its gradient in the same place (silu_mul's a and b), or has
+  // finished reading it (a linear's x: dW is made before dx). Three
   // activation-sized buffers fewer at the FFN's backward, where AC modes
-  // peak.
+  // peaked.
   uint32_t grads_over_saved_inputs = 0;
 };
 
