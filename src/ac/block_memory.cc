@@ -325,11 +325,13 @@ void describe_foreign_values(const Program& program, const Readers& r, const Ste
   s.weight_copies = 0;
   auto in_window = [&s](int32_t n) { return n >= s.first && n <= s.last; };
   std::vector<bool> seen(program.values.size(), false);
+  const ValueReaders readers = value_readers(program);
   for (int32_t n = s.first; n <= s.last; ++n) {
     const Node& node = program.nodes[n];
     s.workspace_bytes[n - s.first] = booked(bookings.backward_scratch[n], s.scale);
     for (size_t i = 0; i < node.inputs.size(); ++i) {
-      if (grad_may_overwrite_input(program, n, i)) s.grads_over_inputs[n - s.first] |= 1u << i;
+      if (grad_may_overwrite_input(program, readers, n, i))
+        s.grads_over_inputs[n - s.first] |= 1u << i;
     }
     // Backward runs in reverse node order: an input's gradient exists at
     // node n's backward when a later node reads it.

@@ -46,6 +46,7 @@ void mark_first_gradient_writers(const Program& program, Schedule& schedule) {
 // Step::grads_over_inputs: an input that may hold its own gradient and dies
 // at this backward step becomes that gradient instead of being freed.
 void mark_gradients_over_inputs(const Program& program, Schedule& schedule) {
+  const ValueReaders readers = value_readers(program);
   for (auto& step : schedule.steps) {
     if (step.kind != Step::Kind::kBackward) continue;
     const Node& node = program.nodes[step.node];
@@ -53,7 +54,7 @@ void mark_gradients_over_inputs(const Program& program, Schedule& schedule) {
     for (size_t i = 0; i < node.inputs.size(); ++i) {
       auto& freed = step.free_after;
       const auto it = std::find(freed.begin(), freed.end(), node.inputs[i]);
-      if (it == freed.end() || !grad_may_overwrite_input(program, step.node, i)) continue;
+      if (it == freed.end() || !grad_may_overwrite_input(program, readers, step.node, i)) continue;
       freed.erase(it);
       step.grads_over_inputs |= 1u << i;
     }

@@ -56,20 +56,30 @@ int grad_output_taker(const Program& program, const Node& node,
   return -1;
 }
 
-bool grad_may_overwrite_input(const Program& program, int32_t n, size_t i) {
+ValueReaders value_readers(const Program& program) {
+  ValueReaders r{std::vector<int32_t>(program.values.size(), -1),
+                 std::vector<int32_t>(program.values.size(), -1)};
+  for (int32_t n = 0; n < static_cast<int32_t>(program.nodes.size()); ++n) {
+    for (ValueId v : program.nodes[n].inputs) {
+      if (r.first[v] < 0) r.first[v] = n;
+      r.last[v] = n;
+    }
+  }
+  return r;
+}
+
+bool grad_may_overwrite_input(const Program& program, const ValueReaders& readers, int32_t n,
+                              size_t i) {
   const Node& node = program.nodes[n];
   if (((op_info(node.kind).grads_over_saved_inputs >> i) & 1) == 0 || node.block < 0) return false;
   const ValueId v = node.inputs[i];
   const Value& value = program.values[v];
-  if (value.dtype != DType::kF32 || v == program.loss ||
-      std::count(node.inputs.begin(), node.inputs.end(), v) != 1 ||
-      program.nodes[value.producer].block != node.block) {
-    return false;
-  }
-  const std::vector<int32_t> readers = program.consumers(v);
-  return readers.back() == n && std::all_of(readers.begin(), readers.end(), [&](int32_t r) {
-           return program.nodes[r].block == node.block;
-         });
+  // A block's nodes are contiguous: with its first and last readers in the
+  // block, every reader is.
+  return value.dtype == DType::kF32 && v != program.loss &&
+         std::count(node.inputs.begin(), node.inputs.end(), v) == 1 &&
+         program.nodes[value.producer].block == node.block && readers.last[v] == n &&
+         program.nodes[readers.first[v]].block == node.block;
 }
 
 }  // namespace remat

@@ -89,11 +89,19 @@ void set_compute_dtype(Program& program, DType dtype);
 int grad_output_taker(const Program& program, const Node& node,
                       const std::function<bool(ValueId)>& grad_written);
 
+// Per value: the first and the last node that reads it (-1: none), in one
+// pass over the program.
+struct ValueReaders {
+  std::vector<int32_t> first, last;
+};
+ValueReaders value_readers(const Program& program);
+
 // Whether input i of node `n` may become its own gradient in place
 // (OpInfo::grads_over_saved_inputs) whenever the plan lets it die at n's
 // backward: an fp32 value read once by n, whose gradient n writes first (n
 // is its last reader), produced and read only inside n's block. Which plans
 // let it die there is the schedule's to say (Step::grads_over_inputs).
-bool grad_may_overwrite_input(const Program& program, int32_t n, size_t i);
+bool grad_may_overwrite_input(const Program& program, const ValueReaders& readers, int32_t n,
+                              size_t i);
 
 }  // namespace remat
