@@ -259,21 +259,21 @@ void find_block_range(const Program& program, BlockShape& s) {
   }
 }
 
-// Who reads each value of the program: its last consumer, its first
-// backward reader, and whether a node outside the block reads it.
+// Who reads each value of the program: its first and last consumers, its
+// first backward reader, and whether a node outside the block reads it.
 struct Readers {
-  std::vector<int32_t> last_consumer, first_saved_reader;
+  ValueReaders consumers;
+  std::vector<int32_t> first_saved_reader;
   std::vector<bool> read_outside;
 };
 
 Readers find_readers(const Program& program, int32_t block) {
   const size_t n_values = program.values.size();
-  Readers r{std::vector<int32_t>(n_values, -1), std::vector<int32_t>(n_values, -1),
+  Readers r{value_readers(program), std::vector<int32_t>(n_values, -1),
             std::vector<bool>(n_values, false)};
   for (int32_t n = 0; n < static_cast<int32_t>(program.nodes.size()); ++n) {
     const Node& node = program.nodes[n];
     for (ValueId v : node.inputs) {
-      r.last_consumer[v] = n;
       if (node.block != block) r.read_outside[v] = true;
     }
     for (ValueId v : saved_values(node)) {
@@ -302,7 +302,7 @@ void describe_own_values(const Program& program, const Readers& r,
     s.forced[i] = s.boundary[i] || op_info(producer.kind).outputs_always_kept;
     s.pinned[i] = s.forced[i] || (!decidable.empty() && !decidable[v]);
     s.saved[i] = reader >= 0 && program.nodes[reader].block == s.block;
-    s.grad_live_at_start[i] = r.last_consumer[v] > s.last;
+    s.grad_live_at_start[i] = r.consumers.last[v] > s.last;
     if (s.boundary[i] && reader < 0) {
       throw std::logic_error("budget solver: " + program.values[v].name +
                              " crosses a block boundary but no backward reads it");
@@ -325,17 +325,16 @@ void describe_foreign_values(const Program& program, const Readers& r, const Ste
   s.weight_copies = 0;
   auto in_window = [&s](int32_t n) { return n >= s.first && n <= s.last; };
   std::vector<bool> seen(program.values.size(), false);
-  const ValueReaders readers = value_readers(program);
   for (int32_t n = s.first; n <= s.last; ++n) {
     const Node& node = program.nodes[n];
     s.workspace_bytes[n - s.first] = booked(bookings.backward_scratch[n], s.scale);
     for (size_t i = 0; i < node.inputs.size(); ++i) {
-      if (grad_may_overwrite_input(program, readers, n, i))
+      if (grad_may_overwrite_input(program, r.consumers, n, i))
         s.grads_over_inputs[n - s.first] |= 1u << i;
     }
     // Backward runs in reverse node order: an input's gradient exists at
     // node n's backward when a later node reads it.
-    if (grad_output_taker(program, node, [&](ValueId v) { return r.last_consumer[v] > n; }) >= 0) {
+    if (grad_output_taker(program, node, [&](ValueId v) { return r.consumers.last[v] > n; }) >= 0) {
       s.grad_output_taken[n - s.first] =
           booked(bytes_of(numel(program.values[node.outputs[0]].shape), DType::kF32), s.scale);
     }
@@ -347,8 +346,8 @@ void describe_foreign_values(const Program& program, const Readers& r, const Ste
       if (is_own(s, v) || seen[v]) continue;
       seen[v] = true;
       const int64_t bytes = booked(program.values[v].bytes(), s.scale);
-      if (r.last_consumer[v] <= s.last) {
-        s.foreign_grad_bytes[r.last_consumer[v] - s.first] +=
+      if (r.consumers.last[v] <= s.last) {
+        s.foreign_grad_bytes[r.consumers.last[v] - s.first] +=
             booked(bytes_of(numel(program.values[v].shape), DType::kF32), s.scale);
       }
       const int32_t reader = r.first_saved_reader[v];
