@@ -297,7 +297,9 @@ void describe_own_values(const Program& program, const Readers& r,
     const Node& producer = program.nodes[program.values[v].producer];
     const int32_t reader = r.first_saved_reader[v];
     s.bytes[i] = booked(program.values[v].bytes(), s.scale);
-    s.grad_bytes[i] = booked(bytes_of(numel(program.values[v].shape), DType::kF32), s.scale);
+    s.grad_bytes[i] = carries_gradient(program, v)
+                          ? booked(bytes_of(numel(program.values[v].shape), DType::kF32), s.scale)
+                          : 0;
     s.boundary[i] = r.read_outside[v] || v == program.loss;
     s.forced[i] = s.boundary[i] || op_info(producer.kind).outputs_always_kept;
     s.pinned[i] = s.forced[i] || (!decidable.empty() && !decidable[v]);
@@ -346,7 +348,7 @@ void describe_foreign_values(const Program& program, const Readers& r, const Ste
       if (is_own(s, v) || seen[v]) continue;
       seen[v] = true;
       const int64_t bytes = booked(program.values[v].bytes(), s.scale);
-      if (r.consumers.last[v] <= s.last) {
+      if (r.consumers.last[v] <= s.last && carries_gradient(program, v)) {
         s.foreign_grad_bytes[r.consumers.last[v] - s.first] +=
             booked(bytes_of(numel(program.values[v].shape), DType::kF32), s.scale);
       }

@@ -123,7 +123,7 @@ constexpr OpInfo kOpTable[] = {
      .num_inputs = 2, .num_outputs = 1, .saved_inputs = 0b11, .saved_outputs = 0b0,
      .grad_in_place_of_input0 = false, .outputs_always_kept = false,
      .output_suffixes = {":out"}, .output_shapes = m_by_n, .flops = matmul_flops,
-     .workspace_bytes = no_workspace},
+     .workspace_bytes = no_workspace, .grads_over_saved_inputs = 0b1},
     {.kind = OpKind::kMoeCombine, .name = "moe_combine", .op_class = OpClass::kOther,
      .num_inputs = 2, .num_outputs = 1, .saved_inputs = 0b10, .saved_outputs = 0b0,
      .grad_in_place_of_input0 = false, .outputs_always_kept = false,

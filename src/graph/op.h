@@ -133,9 +133,9 @@ struct OpInfo {
   // their own gradient where the schedule would free them after this step
   // anyway (Step::grads_over_inputs): the kernel reads each element before
   // writing its gradient in the same place (silu_mul's a and b), or has
-  // finished reading it (a linear's x: dW is made before dx). Three
-  // activation-sized buffers fewer at the FFN's backward, where AC modes
-  // peaked.
+  // finished reading it (a linear's x, a grouped linear's rows: dW is made
+  // before dx). Three activation-sized buffers fewer at the FFN's backward,
+  // where AC modes peaked.
   uint32_t grads_over_saved_inputs = 0;
 };
 

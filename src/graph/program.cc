@@ -68,6 +68,10 @@ ValueReaders value_readers(const Program& program) {
   return r;
 }
 
+bool carries_gradient(const Program& program, ValueId v) {
+  return program.nodes[program.values[v].producer].outputs[0] == v;
+}
+
 bool grad_may_overwrite_input(const Program& program, const ValueReaders& readers, int32_t n,
                               size_t i) {
   const Node& node = program.nodes[n];

@@ -81,6 +81,11 @@ struct Program {
 // weights); runtime/executor.h says how kernels see the values.
 void set_compute_dtype(Program& program, DType dtype);
 
+// Whether value v gets a gradient: only an op's first output does (op.h);
+// the others are indices and offsets (a route's, a dispatch's) or saved
+// statistics, and their readers' backward writes nothing for them.
+bool carries_gradient(const Program& program, ValueId v);
+
 // Which input's gradient a node's backward makes of its output's gradient
 // buffer (OpInfo::grad_output_becomes_input_grad): the first input read
 // once by the node whose gradient nothing has written yet this pass

@@ -12,7 +12,8 @@
 //    OpInfo::grad_in_place_of_input0 and the fresh input and parameter
 //    gradients (OpBuffers::fresh_grad_inputs, fresh_grad_params), which they
 //    overwrite; every backend honours fresh_grad_params for every op, and
-//    skips a null grad_inputs[i] (OpInfo::grad_output_becomes_input_grad),
+//    skips a null grad_inputs[i] (OpInfo::grad_output_becomes_input_grad,
+//    and inputs that carry no gradient: graph/program.h carries_gradient),
 //    and lets a fresh grad_inputs[i] be the saved input's own buffer
 //    (Step::grads_over_inputs, inputs of OpInfo::grads_over_saved_inputs);
 //  - host memory is touched only through copy_to_host / copy_from_host (or

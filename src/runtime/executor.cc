@@ -290,6 +290,11 @@ int Executor::input_gradients(const Step& step, const Node& node, OpBuffers& b) 
   // kernel can (fresh): no memset of a buffer it would overwrite anyway.
   b.fresh_grad_inputs = fresh_grad_inputs(node);
   for (size_t i = 0; i < node.inputs.size(); ++i) {
+    if (!carries_gradient(program_, node.inputs[i])) {  // offsets, indices: no buffer
+      b.fresh_grad_inputs &= ~(1u << i);
+      b.grad_inputs.push_back(nullptr);
+      continue;
+    }
     const bool fresh = ((b.fresh_grad_inputs >> i) & 1) != 0;
     if (((step.grads_over_inputs >> i) & 1) != 0) {
       // The input dies here: its buffer becomes its gradient, which the

@@ -76,5 +76,24 @@ TEST(GroupedLinear, EqualsOneLinearPerSegmentBitForBit) {
   }
 }
 
+// A dying rows becomes its own gradient (op.cc's grads_over_saved_inputs):
+// dw must read every row of a segment before drows overwrites it, at any
+// thread count, and give the bits of separate buffers.
+TEST(GroupedLinear, FreshRowGradientsOverTheRowsHaveTheBitsOfSeparateOnes) {
+  const auto rows = random_vector(kRows * kK, 4), w = random_vector(kExperts * kK * kN, 5, 0.1f),
+             dout = random_vector(kRows * kN, 6);
+  for (int threads : {1, 2, 3}) {
+    ThreadsGuard guard(threads);
+    Grads separate{std::vector<float>(kRows * kK, NAN), std::vector<float>(kExperts * kK * kN)};
+    grouped_linear_backward(dout.data(), rows.data(), kOffsets.data(), w.data(), kExperts, kRows,
+                            kK, kN, separate.drows.data(), separate.dw.data(), 0b11);
+    std::vector<float> shared = rows, dw(kExperts * kK * kN);
+    grouped_linear_backward(dout.data(), shared.data(), kOffsets.data(), w.data(), kExperts, kRows,
+                            kK, kN, shared.data(), dw.data(), 0b11);
+    EXPECT_TRUE(bit_identical(shared, separate.drows)) << "drows at " << threads << " threads";
+    EXPECT_TRUE(bit_identical(dw, separate.dw)) << "dw at " << threads << " threads";
+  }
+}
+
 }  // namespace
 }  // namespace remat::cpu

@@ -129,6 +129,44 @@ TEST(BudgetModel, PeakEqualsReplayWhereAnAddsBackwardPeaks) {
   }
 }
 
+// Blocks of routed experts with a narrow model dimension, so that the
+// route's indices and the dispatch's offsets and perm are as large as the
+// activations around them: none of them gets a gradient (carries_gradient),
+// and the simulation books none, as the executor does, for every choice.
+TEST(BudgetModel, PeakEqualsReplayWhereRoutingIndicesGetNoGradient) {
+  const int64_t vocab = 16, dim = 2, experts = 4, top_k = 2;
+  ProgramBuilder b(/*batch=*/2, /*seq=*/64);
+  const ParamInit init{ParamInit::Kind::kNormal, 0.02, 0, 0};
+  const ParamInit ones{ParamInit::Kind::kOnes, 0, 0, 0};
+  ValueId h = b.embedding("tok_embeddings", b.param("tok_embeddings.weight", {vocab, dim}, init));
+  for (int32_t layer = 0; layer < 3; ++layer) {
+    const std::string at = "layers." + std::to_string(layer) + ".moe.";
+    b.set_block(layer);
+    const ValueId n = b.rmsnorm(at + "norm", h, b.param(at + "norm.weight", {dim}, ones), 1e-5f);
+    const ValueId logits =
+        b.linear(at + "router.gate", n, b.param(at + "router.gate.weight", {experts, dim}, init));
+    const auto [scores, indices] =
+        b.moe_route(at + "router", logits, b.buffer(at + "expert_bias", {experts}),
+                    b.buffer(at + "tokens_per_expert", {experts}), top_k, false);
+    const MoeDispatched d = b.moe_dispatch(at + "dispatch", n, scores, indices, experts);
+    const ValueId rows = b.grouped_linear(at + "experts.w1", d.rows, d.offsets,
+                                          b.param(at + "experts.w1", {experts, dim, dim}, init));
+    h = b.add(at + "add", h, b.moe_combine(at + "combine", rows, d.perm, top_k));
+  }
+  b.set_block(-1);
+  b.cross_entropy("loss", b.linear("output", h, b.param("output.weight", {vocab, dim}, init)));
+  const Program program = b.finish();
+  const BudgetProblem pb = problem_for(program, {});
+  for (size_t o = 0; o < pb.options[pb.block_class[0]].size(); ++o) {
+    const std::vector<int32_t> option(pb.blocks.size(), static_cast<int32_t>(o));
+    BudgetChoice choice;
+    choice.option = option;
+    const Prediction p = predict(program, plan_from_choice(pb, choice), {});
+    EXPECT_EQ(peak_of(pb, option), p.peak_bytes)
+        << "option " << o << ", peak during " << p.peak_during;
+  }
+}
+
 // A tiny Llama 3 (GQA, 2 or 3 blocks) for brute force.
 Program tiny(int64_t layers) {
   JobConfig::Model m;

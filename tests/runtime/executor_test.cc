@@ -11,6 +11,7 @@
 #include <string>
 
 #include "ac/policy.h"
+#include "in_place_steps.h"
 #include "kernels/cpu/kernels.h"
 #include "models/llama3.h"
 
@@ -227,33 +228,10 @@ TEST_F(ExecutorTest, DyingInputsBecomeTheirGradientsAndBookNothing) {
   for (const AcOptions& mode : all_modes(program)) {
     SCOPED_TRACE(describe(mode));
     const Schedule schedule = make_schedule(program, make_plan(program, mode), true);
-    int marked = 0;
-    for (const Step& step : schedule.steps) {
-      if (step.kind != Step::Kind::kBackward) continue;
-      const std::string& fqn = program.nodes[step.node].fqn;
-      const std::string module = fqn.substr(fqn.find('.', fqn.find('.') + 1) + 1);
-      const auto it = expected.find(module);
-      EXPECT_EQ(step.grads_over_inputs, it == expected.end() ? 0u : it->second) << fqn;
-      marked += step.grads_over_inputs != 0;
-    }
-    EXPECT_EQ(marked, 2 * program.n_blocks);
-    Allocator allocator;
-    ModelState state(program, allocator, true);
-    state.initialize(3);
-    Executor ex(program, schedule, allocator, state);
-    const Step* current = nullptr;
-    int64_t at_start = 0, highest_above = 0;
-    ex.set_step_observer([&](const Step& step) {
-      current = &step;
-      at_start = allocator.current().total();
-    });
-    allocator.set_listener([&](const MemorySnapshot& now) {
-      if (current != nullptr && current->grads_over_inputs != 0)
-        highest_above = std::max(highest_above, now.total() - at_start);
-    });
-    ex.run(Batch{tokens.inputs.data(), tokens.targets.data()});
-    allocator.set_listener({});
-    EXPECT_EQ(highest_above, 0);
+    EXPECT_EQ(expect_marked_inputs(program, schedule, expected), 2 * program.n_blocks);
+    EXPECT_EQ(booked_by_in_place_steps(program, schedule,
+                                       Batch{tokens.inputs.data(), tokens.targets.data()}),
+              0);
   }
 }
 

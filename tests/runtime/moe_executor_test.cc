@@ -4,9 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <map>
 #include <random>
+#include <string>
 
 #include "ac/policy.h"
+#include "in_place_steps.h"
 #include "models/llama4.h"
 #include "runtime/cpu_ops.h"
 #include "runtime/executor.h"
@@ -104,6 +107,34 @@ TEST(MoeRuntime, EveryAcModeGivesIdenticalGradientsAndCountsOnce) {
         EXPECT_EQ(grads[i], reference[i]) << describe(o) << " " << p.params[i].fqn;
       }
     }
+  }
+}
+
+// Where the plan lets them die at their reader's backward, every SwiGLU
+// gate's inputs and every w2's input become their own gradients, the routed
+// experts' grouped w2 included, and those steps book no new bytes.
+TEST(MoeRuntime, DyingExpertRowsBecomeTheirGradientsAndBookNothing) {
+  Program p = build_llama4_program(small_moe(), 2, 16);
+  const std::map<std::string, uint32_t> expected = {
+      {"feed_forward.silu_mul", 0b11},      {"feed_forward.w2", 0b1},
+      {"moe.shared_expert.silu_mul", 0b11}, {"moe.shared_expert.w2", 0b1},
+      {"moe.experts.silu_mul", 0b11},       {"moe.experts.w2", 0b1}};
+  std::vector<int32_t> inputs(32), targets(32);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    inputs[i] = static_cast<int32_t>((i * 37) % 300);
+    targets[i] = static_cast<int32_t>((i * 91 + 5) % 300);
+  }
+  std::vector<AcOptions> modes(3);
+  modes[0].mode = AcOptions::Mode::kNone;
+  modes[1].mode = AcOptions::Mode::kFull;
+  modes[2].mode = AcOptions::Mode::kSelectiveOp;
+  for (const AcOptions& mode : modes) {
+    SCOPED_TRACE(describe(mode));
+    const Schedule schedule = make_schedule(p, make_plan(p, mode), true);
+    // Per dense layer (0, 2) the gate and w2; per MoE layer (1, 3) the
+    // shared expert's and the routed experts' gate and w2.
+    EXPECT_EQ(expect_marked_inputs(p, schedule, expected), 2 * 2 + 2 * 4);
+    EXPECT_EQ(booked_by_in_place_steps(p, schedule, Batch{inputs.data(), targets.data()}), 0);
   }
 }
 

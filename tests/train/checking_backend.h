@@ -172,6 +172,12 @@ class CheckingBackend final : public Backend {
       check_buffer(b.inputs[i], value_bytes(saved[i]), "saved value" + at);
     int handed = 0;  // inputs whose gradient is the output's (no buffer)
     for (size_t i = 0; i < b.grad_inputs.size(); ++i) {
+      if (!carries_gradient(program_, node.inputs[i])) {  // offsets, indices
+        if (b.grad_inputs[i] != nullptr || ((b.fresh_grad_inputs >> i) & 1) != 0)
+          throw std::logic_error("checking backend: a gradient buffer for an input that gets none" +
+                                 at);
+        continue;
+      }
       if (b.grad_inputs[i] == nullptr && op_info(node.kind).grad_output_becomes_input_grad) {
         if (++handed > 1 || ((b.fresh_grad_inputs >> i) & 1) != 0)
           throw std::logic_error(

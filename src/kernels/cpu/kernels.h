@@ -114,6 +114,7 @@ void grouped_linear_backward(const float* dout, const float* rows, const float* 
                              const float* w, int64_t experts, int64_t m, int64_t k, int64_t n,
                              float* drows, float* dw,
                              uint32_t fresh = 0);  // fresh: bit 0 drows, bit 1 dw (every expert's)
+// A fresh drows may be rows' own buffer: every dw[e] is made before drows.
 // Combine: y[t] = sum over slots (in slot order) of rows[r] with perm[r] = t*k+slot.
 void moe_combine_forward(const float* rows, const float* perm, int64_t tokens, int64_t dim,
                          int64_t top_k, float* y);

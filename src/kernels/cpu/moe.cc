@@ -58,7 +58,7 @@ std::vector<int64_t> slot_rows(const float* perm, int64_t n) {
   return inv;
 }
 
-// Grouped GEMMs run as one parallel region over every expert's pieces: an
+// A grouped GEMM runs one parallel region over every expert's pieces: an
 // expert holds a few hundred rows, too few to keep the threads busy and
 // balanced if each expert's GEMM were split on its own (a fork and join per
 // expert, and a 300-row segment cut 128 + 128 + 44 leaves one thread idle).
@@ -69,9 +69,8 @@ std::vector<int64_t> slot_rows(const float* perm, int64_t n) {
 constexpr int64_t kSegmentChunks = 8;
 
 struct GemmPiece {
-  int kind;        // 0: rows of a segment (forward, drows); 1: rows of dw[expert]
   int64_t expert;  // the segment
-  int64_t begin;   // kind 0: first row of the chunk (absolute); kind 1: first row of dw[expert]
+  int64_t begin;   // row_pieces: first row of the chunk (absolute); weight pieces: of dw[expert]
   int64_t end;
   int64_t work;  // multiply-adds, for the serial cut-off
 };
@@ -85,24 +84,25 @@ std::vector<GemmPiece> row_pieces(const float* offsets, int64_t experts, int64_t
     const int64_t chunk = detail::chunk_rows(end - begin, kSegmentChunks);
     for (int64_t r = begin; r < end; r += chunk) {
       const int64_t r1 = std::min(end, r + chunk);
-      pieces.push_back({0, e, r, r1, (r1 - r) * work_per_row});
+      pieces.push_back({e, r, r1, (r1 - r) * work_per_row});
     }
   }
   return pieces;
 }
 
 // dw[e] (k x n) in fixed chunks of its k rows, for every expert with rows.
-void append_weight_pieces(const float* offsets, int64_t experts, int64_t k, int64_t n,
-                          std::vector<GemmPiece>* pieces) {
+std::vector<GemmPiece> weight_pieces(const float* offsets, int64_t experts, int64_t k, int64_t n) {
+  std::vector<GemmPiece> pieces;
   const int64_t chunk = detail::chunk_rows(k, kSegmentChunks);
   for (int64_t e = 0; e < experts; ++e) {
     const int64_t m = static_cast<int64_t>(offsets[e + 1]) - static_cast<int64_t>(offsets[e]);
     if (m == 0 || n == 0) continue;  // no product: dw[e] keeps its contents
     for (int64_t r = 0; r < k; r += chunk) {
       const int64_t r1 = std::min(k, r + chunk);
-      pieces->push_back({1, e, r, r1, (r1 - r) * m * n});
+      pieces.push_back({e, r, r1, (r1 - r) * m * n});
     }
   }
+  return pieces;
 }
 
 // A fresh expert weight gradient that no row writes: zeros, as the sum of
@@ -263,20 +263,24 @@ void grouped_linear_backward(const float* dout, const float* rows, const float* 
       std::memset(drows, 0, sizeof(float) * static_cast<size_t>(offsets[experts]) * k);
     return;
   }
-  std::vector<GemmPiece> pieces;
-  if (drows != nullptr) pieces = row_pieces(offsets, experts, k * n);
-  if (dw != nullptr) append_weight_pieces(offsets, experts, k, n, &pieces);
-  run_pieces(pieces, [&](const GemmPiece& p) {
-    if (p.kind == 0) {
+  // Every dw piece before any drows piece: a fresh drows may be rows' own
+  // buffer (a dying input becomes its gradient: op.cc's
+  // grads_over_saved_inputs), and each dw[e] reads all of segment e's rows.
+  // Each piece is the same GEMM either way, so the order changes no bit.
+  if (dw != nullptr) {
+    run_pieces(weight_pieces(offsets, experts, k, n), [&](const GemmPiece& p) {
+      const auto seg = static_cast<int64_t>(offsets[p.expert]);
+      const int64_t m = static_cast<int64_t>(offsets[p.expert + 1]) - seg;
+      gemm_fp32(true, false, p.end - p.begin, n, m, rows + seg * k + p.begin, k, dout + seg * n, n,
+                dw_write, dw + p.expert * k * n + p.begin * n, n);
+    });
+  }
+  if (drows != nullptr) {
+    run_pieces(row_pieces(offsets, experts, k * n), [&](const GemmPiece& p) {
       gemm_fp32(false, true, p.end - p.begin, k, n, dout + p.begin * n, n, w + p.expert * k * n, n,
                 write, drows + p.begin * k, k);
-      return;
-    }
-    const auto seg = static_cast<int64_t>(offsets[p.expert]);
-    const int64_t m = static_cast<int64_t>(offsets[p.expert + 1]) - seg;
-    gemm_fp32(true, false, p.end - p.begin, n, m, rows + seg * k + p.begin, k, dout + seg * n, n,
-              dw_write, dw + p.expert * k * n + p.begin * n, n);
-  });
+    });
+  }
 }
 
 void moe_combine_forward(const float* rows, const float* perm, int64_t tokens, int64_t dim,
