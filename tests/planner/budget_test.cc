@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdio>
 #include <ctime>
+#include <functional>
 #include <random>
 
 #include "graph/builder.h"
@@ -97,27 +98,27 @@ TEST(BudgetModel, PeakEqualsReplayForRandomChoices) {
   }
 }
 
-// Blocks whose backward peaks at a residual add's step, where the add hands
-// its output's gradient to an input (OpInfo::grad_output_becomes_input_grad):
-// x + linear(norm(x)) + norm(x). The simulation books that step as the
-// executor does, for every choice of every block.
-TEST(BudgetModel, PeakEqualsReplayWhereAnAddsBackwardPeaks) {
-  const int64_t vocab = 16, dim = 64;
-  ProgramBuilder b(/*batch=*/2, /*seq=*/8);
+// Three blocks of `block(builder, "layers.i.", h) -> h` between an
+// embedding and a loss head, both `dim` wide over a vocabulary of 16.
+Program three_blocks(
+    int64_t dim, int64_t seq,
+    const std::function<ValueId(ProgramBuilder&, const std::string&, ValueId)>& block) {
+  const int64_t vocab = 16;
+  ProgramBuilder b(/*batch=*/2, seq);
   const ParamInit init{ParamInit::Kind::kNormal, 0.02, 0, 0};
-  const ParamInit ones{ParamInit::Kind::kOnes, 0, 0, 0};
   ValueId h = b.embedding("tok_embeddings", b.param("tok_embeddings.weight", {vocab, dim}, init));
   for (int32_t layer = 0; layer < 3; ++layer) {
-    const std::string at = "layers." + std::to_string(layer) + ".";
     b.set_block(layer);
-    const ValueId n = b.rmsnorm(at + "norm", h, b.param(at + "norm.weight", {dim}, ones), 1e-5f);
-    const ValueId y = b.linear(at + "proj", n, b.param(at + "proj.weight", {dim, dim}, init));
-    h = b.add(at + "add_proj", h, y);
-    h = b.add(at + "add_norm", h, n);
+    h = block(b, "layers." + std::to_string(layer) + ".", h);
   }
   b.set_block(-1);
   b.cross_entropy("loss", b.linear("output", h, b.param("output.weight", {vocab, dim}, init)));
-  const Program program = b.finish();
+  return b.finish();
+}
+
+// For every choice the blocks can make (each block the same), the solver's
+// peak equals the replay's.
+void expect_peak_equals_replay_for_every_option(const Program& program) {
   const BudgetProblem pb = problem_for(program, {});
   for (size_t o = 0; o < pb.options[pb.block_class[0]].size(); ++o) {
     const std::vector<int32_t> option(pb.blocks.size(), static_cast<int32_t>(o));
@@ -129,42 +130,46 @@ TEST(BudgetModel, PeakEqualsReplayWhereAnAddsBackwardPeaks) {
   }
 }
 
+const ParamInit kInit{ParamInit::Kind::kNormal, 0.02, 0, 0};
+const ParamInit kOnes{ParamInit::Kind::kOnes, 0, 0, 0};
+
+// Blocks whose backward peaks at a residual add's step, where the add hands
+// its output's gradient to an input (OpInfo::grad_output_becomes_input_grad):
+// x + linear(norm(x)) + norm(x). The simulation books that step as the
+// executor does, for every choice of every block.
+TEST(BudgetModel, PeakEqualsReplayWhereAnAddsBackwardPeaks) {
+  const int64_t dim = 64;
+  expect_peak_equals_replay_for_every_option(
+      three_blocks(dim, /*seq=*/8, [&](ProgramBuilder& b, const std::string& at, ValueId h) {
+        const ValueId n =
+            b.rmsnorm(at + "norm", h, b.param(at + "norm.weight", {dim}, kOnes), 1e-5f);
+        const ValueId y = b.linear(at + "proj", n, b.param(at + "proj.weight", {dim, dim}, kInit));
+        return b.add(at + "add_norm", b.add(at + "add_proj", h, y), n);
+      }));
+}
+
 // Blocks of routed experts with a narrow model dimension, so that the
 // route's indices and the dispatch's offsets and perm are as large as the
 // activations around them: none of them gets a gradient (carries_gradient),
 // and the simulation books none, as the executor does, for every choice.
 TEST(BudgetModel, PeakEqualsReplayWhereRoutingIndicesGetNoGradient) {
-  const int64_t vocab = 16, dim = 2, experts = 4, top_k = 2;
-  ProgramBuilder b(/*batch=*/2, /*seq=*/64);
-  const ParamInit init{ParamInit::Kind::kNormal, 0.02, 0, 0};
-  const ParamInit ones{ParamInit::Kind::kOnes, 0, 0, 0};
-  ValueId h = b.embedding("tok_embeddings", b.param("tok_embeddings.weight", {vocab, dim}, init));
-  for (int32_t layer = 0; layer < 3; ++layer) {
-    const std::string at = "layers." + std::to_string(layer) + ".moe.";
-    b.set_block(layer);
-    const ValueId n = b.rmsnorm(at + "norm", h, b.param(at + "norm.weight", {dim}, ones), 1e-5f);
-    const ValueId logits =
-        b.linear(at + "router.gate", n, b.param(at + "router.gate.weight", {experts, dim}, init));
-    const auto [scores, indices] =
-        b.moe_route(at + "router", logits, b.buffer(at + "expert_bias", {experts}),
-                    b.buffer(at + "tokens_per_expert", {experts}), top_k, false);
-    const MoeDispatched d = b.moe_dispatch(at + "dispatch", n, scores, indices, experts);
-    const ValueId rows = b.grouped_linear(at + "experts.w1", d.rows, d.offsets,
-                                          b.param(at + "experts.w1", {experts, dim, dim}, init));
-    h = b.add(at + "add", h, b.moe_combine(at + "combine", rows, d.perm, top_k));
-  }
-  b.set_block(-1);
-  b.cross_entropy("loss", b.linear("output", h, b.param("output.weight", {vocab, dim}, init)));
-  const Program program = b.finish();
-  const BudgetProblem pb = problem_for(program, {});
-  for (size_t o = 0; o < pb.options[pb.block_class[0]].size(); ++o) {
-    const std::vector<int32_t> option(pb.blocks.size(), static_cast<int32_t>(o));
-    BudgetChoice choice;
-    choice.option = option;
-    const Prediction p = predict(program, plan_from_choice(pb, choice), {});
-    EXPECT_EQ(peak_of(pb, option), p.peak_bytes)
-        << "option " << o << ", peak during " << p.peak_during;
-  }
+  const int64_t dim = 2, experts = 4, top_k = 2;
+  expect_peak_equals_replay_for_every_option(
+      three_blocks(dim, /*seq=*/64, [&](ProgramBuilder& b, const std::string& layer, ValueId h) {
+        const std::string at = layer + "moe.";
+        const ValueId n =
+            b.rmsnorm(at + "norm", h, b.param(at + "norm.weight", {dim}, kOnes), 1e-5f);
+        const ValueId logits = b.linear(at + "router.gate", n,
+                                        b.param(at + "router.gate.weight", {experts, dim}, kInit));
+        const auto [scores, indices] =
+            b.moe_route(at + "router", logits, b.buffer(at + "expert_bias", {experts}),
+                        b.buffer(at + "tokens_per_expert", {experts}), top_k, false);
+        const MoeDispatched d = b.moe_dispatch(at + "dispatch", n, scores, indices, experts);
+        const ValueId rows =
+            b.grouped_linear(at + "experts.w1", d.rows, d.offsets,
+                             b.param(at + "experts.w1", {experts, dim, dim}, kInit));
+        return b.add(at + "add", h, b.moe_combine(at + "combine", rows, d.perm, top_k));
+      }));
 }
 
 // A tiny Llama 3 (GQA, 2 or 3 blocks) for brute force.
