@@ -831,6 +831,9 @@ def main_parent(a):
     for name in a.model_list:
         m = MODELS[name]
         seed_dir = os.path.join(a.workdir, f"seed-{name}")
+        # This script's own scratch: an earlier run's seed would make remat
+        # refuse to write a new one (a seed checkpoint never replaces one).
+        shutil.rmtree(seed_dir, ignore_errors=True)
         cmd = remat_base_cmd(remat, m, a.threads, 1, tokens, seed_dir) + [
             "--checkpoint.create_seed_checkpoint", "true"]
         rc = run_child(cmd, os.path.join(a.workdir, f"seed-{name}.log"), a.timeout)[0]
