@@ -98,6 +98,9 @@ TEST(BudgetModel, PeakEqualsReplayForRandomChoices) {
   }
 }
 
+const ParamInit kInit{ParamInit::Kind::kNormal, 0.02, 0, 0};
+const ParamInit kOnes{ParamInit::Kind::kOnes, 0, 0, 0};
+
 // Three blocks of `block(builder, "layers.i.", h) -> h` between an
 // embedding and a loss head, both `dim` wide over a vocabulary of 16.
 Program three_blocks(
@@ -105,14 +108,13 @@ Program three_blocks(
     const std::function<ValueId(ProgramBuilder&, const std::string&, ValueId)>& block) {
   const int64_t vocab = 16;
   ProgramBuilder b(/*batch=*/2, seq);
-  const ParamInit init{ParamInit::Kind::kNormal, 0.02, 0, 0};
-  ValueId h = b.embedding("tok_embeddings", b.param("tok_embeddings.weight", {vocab, dim}, init));
+  ValueId h = b.embedding("tok_embeddings", b.param("tok_embeddings.weight", {vocab, dim}, kInit));
   for (int32_t layer = 0; layer < 3; ++layer) {
     b.set_block(layer);
     h = block(b, "layers." + std::to_string(layer) + ".", h);
   }
   b.set_block(-1);
-  b.cross_entropy("loss", b.linear("output", h, b.param("output.weight", {vocab, dim}, init)));
+  b.cross_entropy("loss", b.linear("output", h, b.param("output.weight", {vocab, dim}, kInit)));
   return b.finish();
 }
 
@@ -129,9 +131,6 @@ void expect_peak_equals_replay_for_every_option(const Program& program) {
         << "option " << o << ", peak during " << p.peak_during;
   }
 }
-
-const ParamInit kInit{ParamInit::Kind::kNormal, 0.02, 0, 0};
-const ParamInit kOnes{ParamInit::Kind::kOnes, 0, 0, 0};
 
 // Blocks whose backward peaks at a residual add's step, where the add hands
 // its output's gradient to an input (OpInfo::grad_output_becomes_input_grad):
