@@ -15,6 +15,13 @@ int64_t booked(int64_t bytes, double scale) {
   return scale == 1.0 ? bytes : static_cast<int64_t>(std::ceil(static_cast<double>(bytes) * scale));
 }
 
+// The bytes value v's gradient books: fp32 whatever the value's dtype, and
+// none for a value that gets no gradient (carries_gradient).
+int64_t booked_grad_bytes(const Program& program, ValueId v, double scale) {
+  if (!carries_gradient(program, v)) return 0;
+  return booked(bytes_of(numel(program.values[v].shape), DType::kF32), scale);
+}
+
 bool is_own(const BlockShape& s, ValueId v) {
   return v >= s.first_value && v < s.first_value + s.n_values;
 }
@@ -297,9 +304,7 @@ void describe_own_values(const Program& program, const Readers& r,
     const Node& producer = program.nodes[program.values[v].producer];
     const int32_t reader = r.first_saved_reader[v];
     s.bytes[i] = booked(program.values[v].bytes(), s.scale);
-    s.grad_bytes[i] = carries_gradient(program, v)
-                          ? booked(bytes_of(numel(program.values[v].shape), DType::kF32), s.scale)
-                          : 0;
+    s.grad_bytes[i] = booked_grad_bytes(program, v, s.scale);
     s.boundary[i] = r.read_outside[v] || v == program.loss;
     s.forced[i] = s.boundary[i] || op_info(producer.kind).outputs_always_kept;
     s.pinned[i] = s.forced[i] || (!decidable.empty() && !decidable[v]);
@@ -337,8 +342,7 @@ void describe_foreign_values(const Program& program, const Readers& r, const Ste
     // Backward runs in reverse node order: an input's gradient exists at
     // node n's backward when a later node reads it.
     if (grad_output_taker(program, node, [&](ValueId v) { return r.consumers.last[v] > n; }) >= 0) {
-      s.grad_output_taken[n - s.first] =
-          booked(bytes_of(numel(program.values[node.outputs[0]].shape), DType::kF32), s.scale);
+      s.grad_output_taken[n - s.first] = booked_grad_bytes(program, node.outputs[0], s.scale);
     }
     s.forward_scratch[n - s.first] = booked(bookings.forward_scratch[n], s.scale);
     // Every node of a block runs in both its windows (its backward runs
@@ -348,10 +352,9 @@ void describe_foreign_values(const Program& program, const Readers& r, const Ste
       if (is_own(s, v) || seen[v]) continue;
       seen[v] = true;
       const int64_t bytes = booked(program.values[v].bytes(), s.scale);
-      if (r.consumers.last[v] <= s.last && carries_gradient(program, v)) {
+      if (r.consumers.last[v] <= s.last)
         s.foreign_grad_bytes[r.consumers.last[v] - s.first] +=
-            booked(bytes_of(numel(program.values[v].shape), DType::kF32), s.scale);
-      }
+            booked_grad_bytes(program, v, s.scale);
       const int32_t reader = r.first_saved_reader[v];
       if (reader < 0) {
         throw std::logic_error("budget solver: " + program.values[v].name + " enters block " +
