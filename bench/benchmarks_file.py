@@ -2,20 +2,36 @@
 between <!-- NAME:begin --> and <!-- NAME:end --> and replaces only that,
 writing to a temporary file and renaming it so a crash never truncates it.
 
-REMAT_BENCHMARKS_FILE names another file for the sections: the results of a
-second kind of CPU (docs/benchmarks-zen4.md) go there, each section the
-script's own as in BENCHMARKS.md, instead of replacing the other CPU's."""
+Each kind of CPU has its own file, so one CPU's results never replace
+another's: BENCHMARKS.md holds Zen 5's (family 26, and any CPU not named
+below), docs/benchmarks-zen4.md Zen 4's (family 25 with AVX-512),
+docs/benchmarks-zen3.md Zen 3's (family 25, AVX2 only). A script picks the
+file of the CPU it runs on; REMAT_BENCHMARKS_FILE names another."""
 import argparse
 import os
 import re
 import sys
 
-PATH = os.environ.get("REMAT_BENCHMARKS_FILE", "BENCHMARKS.md")
+
+def _cpuinfo_field(info, name):
+    return next((l.split(":", 1)[1].strip() for l in info if l.startswith(name)), "")
+
+
+def file_for_this_cpu():
+    """The benchmarks file of the CPU this runs on (see the module's text)."""
+    info = open("/proc/cpuinfo").read().splitlines()
+    if _cpuinfo_field(info, "cpu family") != "25":
+        return "BENCHMARKS.md"
+    avx512 = "avx512f" in _cpuinfo_field(info, "flags").split()
+    return "docs/benchmarks-zen4.md" if avx512 else "docs/benchmarks-zen3.md"
+
+
+PATH = os.environ.get("REMAT_BENCHMARKS_FILE") or file_for_this_cpu()
 # Checked before a script measures anything, not when it writes at the end:
 # a long run must not be lost to a misspelt folder.
 if not os.path.isdir(os.path.dirname(PATH) or "."):
-    print(f"REMAT_BENCHMARKS_FILE={PATH!r}: its folder does not exist; expected a file in an "
-          f"existing folder (relative to the repository root), e.g. docs/benchmarks-zen4.md",
+    print(f"benchmarks file {PATH!r}: its folder does not exist; expected a file in an existing "
+          f"folder (relative to the repository root), e.g. docs/benchmarks-zen4.md",
           file=sys.stderr)
     sys.exit(2)
 
@@ -42,14 +58,14 @@ def machine():
     """The CPU model and the vector extensions that matter here, for the
     line every benchmark section states its figures with."""
     info = open("/proc/cpuinfo").read().splitlines()
-    cpu = next((l.split(":", 1)[1].strip() for l in info if l.startswith("model name")), "?")
-    flags = next((l for l in info if l.startswith("flags")), "")
+    cpu = _cpuinfo_field(info, "model name") or "?"
+    flags = _cpuinfo_field(info, "flags").split()
     isa = ("AVX-512 + AVX512-BF16" if "avx512_bf16" in flags else
            "AVX-512" if "avx512f" in flags else "AVX2 + FMA")
     # The family tells AMD's cores apart where the name does not ("AMD
     # EPYC"): 25 is Zen 3 or Zen 4 (512-bit FMAs as two halves), 26 is
     # Zen 5 (whole 512-bit FMAs, twice the fp32 peak).
-    family = next((l.split(":", 1)[1].strip() for l in info if l.startswith("cpu family")), None)
+    family = _cpuinfo_field(info, "cpu family")
     return f"{cpu} (family {family}, {isa})" if family else f"{cpu} ({isa})"
 
 

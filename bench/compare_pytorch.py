@@ -12,7 +12,7 @@ this machine (sleeping OpenMP and OpenBLAS workers, jemalloc, foreach AdamW;
 bench/README.md says why), plus the untuned set-up as a reference row. Every
 run is its own child process, so its peak RSS is measured alone.
 
-  /usr/bin/python3 bench/compare_pytorch.py            # full run, writes BENCHMARKS.md
+  /usr/bin/python3 bench/compare_pytorch.py            # full run, writes this CPU's benchmarks file
   /usr/bin/python3 bench/compare_pytorch.py --quick    # smoke test (< ~2 min), debug model only
 
 Models: "debug" (torchtitan's debugmodel: dim 256, 6 layers, 16 heads, vocab
@@ -929,7 +929,7 @@ def main(argv=None):
     p.add_argument("--torch-attention", choices=["naive", "sdpa"], default="sdpa",
                    help="naive: the oracle's attention; sdpa: torch 1.13's F._scaled_dot_product_attention")
     p.add_argument("--workdir", default="/tmp/remat-bench")
-    p.add_argument("--out", help="report path (default BENCHMARKS.md or $REMAT_BENCHMARKS_FILE; --quick: WORKDIR/BENCHMARKS.quick.md)")
+    p.add_argument("--out", help="report path (default: this CPU's benchmarks file, benchmarks_file.py; --quick: WORKDIR/BENCHMARKS.quick.md)")
     p.add_argument("--timeout", type=float, default=1800, help="seconds per child process")
     p.add_argument("--no-profile", action="store_true", help="skip the perf / torch.profiler runs")
     p.add_argument("--rerender", action="store_true",

@@ -38,7 +38,7 @@ CLASSES = {"linear": "matmul", "grouped_linear": "matmul", "attention": "attenti
 SEGMENTS = ["matmul", "attention", "pointwise", "MoE routing", "embedding and loss",
             "recompute", "outside ops"]
 COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#d62728", "#7f7f7f"]
-# BENCHMARKS.md's picture; another CPU's benchmarks file (REMAT_BENCHMARKS_FILE)
+# BENCHMARKS.md's picture; another CPU's benchmarks file (benchmarks_file.py)
 # gets its own beside it, so neither replaces the other.
 SVG = ("docs/op_breakdown.svg" if PATH == "BENCHMARKS.md"
        else os.path.splitext(PATH)[0] + "-op_breakdown.svg")
