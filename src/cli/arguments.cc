@@ -33,6 +33,8 @@ const char* const kUsage =
 
 namespace {
 
+const char* const kCommands = "train, eval, plan, grads, generate, tokenizer or checkpoint";
+
 // Splits the arguments after the command into --config, the command's own
 // flags and config overrides (everything else, checked by the config loader).
 void split_arguments(const std::vector<std::string>& args,
@@ -71,8 +73,7 @@ void split_arguments(const std::vector<std::string>& args,
 
 CommandLine parse_command_line(const std::vector<std::string>& args) {
   if (args.empty())
-    throw InputError(
-        std::string("missing command (expected train, eval, plan, grads or generate)\n") + kUsage);
+    throw InputError(std::string("missing command (expected ") + kCommands + ")\n" + kUsage);
   CommandLine c;
   c.command = args[0];
   if (c.command == "-h" || c.command == "--help" || c.command == "help") {
@@ -80,6 +81,14 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
     return c;
   }
   const std::vector<std::string> rest(args.begin() + 1, args.end());
+  // "remat train --help": the usage, whatever else is given.
+  const bool known = c.command == "train" || c.command == "eval" || c.command == "plan" ||
+                     c.command == "grads" || c.command == "generate";
+  if (known && std::any_of(rest.begin(), rest.end(),
+                           [](const std::string& a) { return a == "--help" || a == "-h"; })) {
+    c.command = "help";
+    return c;
+  }
   // A value written after a flag that takes none ("--ids true") would read
   // as a stray word; named here instead.
   auto no_value_after = [&](const std::string& flag) {
@@ -110,6 +119,8 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
     split_arguments(others, {"pareto", "maximize", "timeline", "timeline-compare"}, c);
     if (c.extra.count("timeline-compare") && !c.extra.count("timeline"))
       throw InputError("--timeline-compare MODE needs --timeline FILE.svg");
+    if (auto it = c.extra.find("timeline-compare"); it != c.extra.end() && it->second.empty())
+      throw InputError("--timeline-compare: empty; expected an AC mode such as none or full");
     if (auto it = c.extra.find("maximize"); it != c.extra.end() && it->second != "throughput") {
       throw InputError("--maximize " + it->second + ": expected \"throughput\"");
     }
@@ -132,8 +143,7 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
     if (!c.extra.count("prompt"))
       throw InputError("generate needs --prompt TEXT, the text to continue");
   } else {
-    throw InputError("unknown command '" + c.command +
-                     "' (expected train, eval, plan, grads or generate)\n" + kUsage);
+    throw InputError("unknown command '" + c.command + "' (expected " + kCommands + ")\n" + kUsage);
   }
   return c;
 }

@@ -227,6 +227,13 @@ std::string toml_value(const FieldRef& ref) {
   return render(ref);  // numbers, booleans and "auto" are already TOML
 }
 
+// A double remat takes from a config file or the command line alike:
+// finite, and 0 or normal. A subnormal (1e-320) is refused as inf and nan
+// are: no setting means one, and it has already lost precision.
+bool usable_double(double v) { return std::isfinite(v) && (v == 0 || std::isnormal(v)); }
+constexpr const char* kUsableDouble =
+    " that is finite and 0 or between 2.2e-308 and 1.8e308 in size (a double)";
+
 const char* expectation(const FieldRef& ref) {
   static const char* const kByIndex[] = {
       "expected an integer", "expected a number",          "expected true or false",
@@ -402,7 +409,7 @@ void assign_from_toml(const Field& field, const toml::node& node, const std::str
           std::optional<double> v = node.is_integer()
                                         ? static_cast<double>(*node.value_exact<int64_t>())
                                         : node.value_exact<double>();
-          if (!v || !std::isfinite(*v)) return false;
+          if (!v || !usable_double(*v)) return false;
           *target = *v;
           return true;
         } else if constexpr (std::is_same_v<T, NumberOrAuto>) {
@@ -413,7 +420,7 @@ void assign_from_toml(const Field& field, const toml::node& node, const std::str
           std::optional<double> v = node.is_integer()
                                         ? static_cast<double>(*node.value_exact<int64_t>())
                                         : node.value_exact<double>();
-          if (!v || !std::isfinite(*v)) return false;
+          if (!v || !usable_double(*v)) return false;
           *target = NumberOrAuto{*v, false};
           return true;
         } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
@@ -434,9 +441,12 @@ void assign_from_toml(const Field& field, const toml::node& node, const std::str
         }
       },
       field.ref);
-  if (!ok)
+  if (!ok) {
+    const bool number_field = field.ref.index() == 1 || field.ref.index() == 5;
     throw InputError("config error: " + field.name() + " = " + render_node(node) + where + ": " +
-                     expectation(field.ref));
+                     expectation(field.ref) +
+                     (number_field && node.is_floating_point() ? kUsableDouble : ""));
+  }
 }
 
 // toml++ 3.3.0 (Debian 12's, which remat links) has undefined behaviour on
@@ -641,12 +651,15 @@ bool parse_int(std::string_view s, int64_t& out) {
   return !s.empty() && ec == std::errc() && end == s.data() + s.size();
 }
 
+// A decimal number as TOML writes one (strtod would also read hexadecimal
+// "0x1p3", which a config file cannot hold).
 bool parse_double(const std::string& s, double& out) {
   if (s.empty() || std::isspace(static_cast<unsigned char>(s[0]))) return false;
+  if (s.find_first_of("xX") != std::string::npos) return false;
   char* end = nullptr;
   errno = 0;
   out = std::strtod(s.c_str(), &end);
-  return end == s.c_str() + s.size() && errno != ERANGE && std::isfinite(out);
+  return end == s.c_str() + s.size() && errno != ERANGE && usable_double(out);
 }
 
 std::string trim(std::string_view s) {
@@ -734,11 +747,12 @@ void assign_from_text(const Field& field, const std::string& value) {
     if (field.ref.index() == 0 && whole_number)
       expected += " from -2^63 to 2^63 - 1 (a signed 64-bit integer)";
     // A number strtod reads whole but not as a finite, normal double: inf,
-    // nan, 1e400, or one as tiny as 1e-320.
+    // nan, 1e400, or one as tiny as 1e-320; or one written in hexadecimal.
     char* end = nullptr;
     if (field.ref.index() == 1 && !value.empty() &&
         (std::strtod(value.c_str(), &end), end == value.c_str() + value.size()))
-      expected += " that is finite and 0 or between 2.2e-308 and 1.8e308 in size (a double)";
+      expected +=
+          value.find_first_of("xX") == std::string::npos ? kUsableDouble : " written in decimal";
     if (field.ref.index() == 4)
       expected =
           "expected a comma-separated list of names, or a TOML array of strings such as "
@@ -900,7 +914,9 @@ void validate_optimizer(const JobConfig& c, Validator& v) {
   static const char* const kDecayTypes[] = {"linear", "sqrt", "cosine"};
   v.require(one_of(s.decay_type, kDecayTypes), "lr_scheduler.decay_type",
             "\"linear\", \"sqrt\" or \"cosine\"");
-  v.require(s.lr_min >= 0, "lr_scheduler.lr_min", "a number >= 0");
+  // A fraction of optimizer.lr that the decay ends at; above 1 it would rise.
+  v.require(s.lr_min >= 0 && s.lr_min <= 1, "lr_scheduler.lr_min",
+            "a number in [0, 1] (the fraction of optimizer.lr the decay ends at)");
 }
 
 void validate_activation_checkpoint(const JobConfig& c, Validator& v) {

@@ -44,7 +44,14 @@ std::string parent_of(const std::string& path) {
 
 // The first existing path among `folder` and its ancestors (stat follows
 // links, so a symlinked output folder counts as the folder it points to).
+// The path is resolved first as creating its folders will resolve it: in
+// "new/../file/sub", "new" is made and ".." leaves it again, so what must
+// be a folder is "file", which walking up "new/../file/sub" as written
+// would never look at.
 std::string nearest_existing(std::string folder) {
+  std::error_code ec;
+  const fs::path resolved = fs::weakly_canonical(folder, ec);
+  if (!ec && !resolved.empty()) folder = resolved.string();
   struct stat st;
   while (::stat(folder.c_str(), &st) != 0) {
     // ENOTDIR: a file stands where a folder should; walking up finds it.
@@ -223,7 +230,8 @@ void create_folders(const std::string& folder, const std::string& key) {
   std::error_code ec;
   fs::create_directories(folder, ec);
   if (ec)
-    throw InputError(key + ": cannot create folder " + in_quotes(folder) + ": " + ec.message());
+    throw InputError(key + ": cannot create folder " + in_quotes(folder) + ": " + ec.message() +
+                     " (expected an existing writable folder or one that can be created)");
 }
 
 AtomicFile::AtomicFile(const std::string& path, const std::string& key, bool make_folders,

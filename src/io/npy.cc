@@ -122,6 +122,9 @@ class HeaderParser {
       out.push_back(v);
       skip();
       if (eat(',')) continue;
+      // "(10000)" is a parenthesised number in Python, not a tuple (numpy
+      // refuses it): a one-element tuple needs its comma, "(10000,)".
+      if (out.size() == 1) return false;
       skip();
       return eat(')');
     }

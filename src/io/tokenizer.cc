@@ -10,9 +10,11 @@ namespace remat {
 
 ByteTokenizer::ByteTokenizer(int64_t vocab_size) : vocab_size_(vocab_size) {
   if (vocab_size < kMinVocabSize)
-    throw InputError("tokenizer error: the byte tokenizer needs model.vocab_size >= " +
-                     std::to_string(kMinVocabSize) + " (256 bytes + BOS + EOS), got " +
-                     std::to_string(vocab_size));
+    throw TokenizerMismatch("model.vocab_size = " + std::to_string(vocab_size) +
+                            ": the byte tokenizer needs " + std::to_string(kMinVocabSize) +
+                            " ids (256 bytes + BOS + EOS); expected model.vocab_size >= " +
+                            std::to_string(kMinVocabSize) +
+                            ", or a tokenizer file (model.tokenizer_path)");
 }
 
 std::vector<int32_t> ByteTokenizer::encode(std::string_view text) const {

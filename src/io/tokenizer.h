@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/error.h"
 #include "io/config.h"
 
 namespace remat {
@@ -37,6 +38,14 @@ class Tokenizer {
   // puts none: a generated text starts with BOS and stops at EOS.
   virtual int32_t bos_id() const = 0;
   virtual int32_t eos_id() const = 0;
+};
+
+// A tokenizer that cannot serve the model as configured (the byte tokenizer
+// under too small a model.vocab_size): the model's settings are at fault,
+// not the data it was about to read, and messages say so.
+class TokenizerMismatch : public InputError {
+ public:
+  using InputError::InputError;
 };
 
 class ByteTokenizer final : public Tokenizer {

@@ -56,12 +56,14 @@ Llama4Args resolve_llama4_args(const JobConfig::Model& model) {
   // The dense part resolves as Llama 3's does (same overrides and checks).
   JobConfig::Model dense = model;
   dense.flavor = "debugmodel";  // any llama3 flavor: every field is overridden below
-  dense.dim = model.dim > 0 ? model.dim : args.base.dim;
-  dense.n_layers = model.n_layers > 0 ? model.n_layers : args.base.n_layers;
-  dense.n_heads = model.n_heads > 0 ? model.n_heads : args.base.n_heads;
-  dense.n_kv_heads = model.n_kv_heads > 0 ? model.n_kv_heads : args.base.n_kv_heads;
-  dense.vocab_size = model.vocab_size > 0 ? model.vocab_size : args.base.vocab_size;
-  dense.multiple_of = model.multiple_of > 0 ? model.multiple_of : args.base.multiple_of;
+  // 0 takes the llama4 flavor's value; anything else, negatives too, goes to
+  // resolve_llama3_args as given, which refuses what is not a size.
+  dense.dim = model.dim != 0 ? model.dim : args.base.dim;
+  dense.n_layers = model.n_layers != 0 ? model.n_layers : args.base.n_layers;
+  dense.n_heads = model.n_heads != 0 ? model.n_heads : args.base.n_heads;
+  dense.n_kv_heads = model.n_kv_heads != 0 ? model.n_kv_heads : args.base.n_kv_heads;
+  dense.vocab_size = model.vocab_size != 0 ? model.vocab_size : args.base.vocab_size;
+  dense.multiple_of = model.multiple_of != 0 ? model.multiple_of : args.base.multiple_of;
   const auto multiplier = model.ffn_dim_multiplier > 0
                               ? std::optional<double>(model.ffn_dim_multiplier)
                               : args.base.ffn_dim_multiplier;

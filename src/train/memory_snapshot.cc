@@ -70,6 +70,10 @@ void check_memory_snapshot_folder(const JobConfig& config) {
   check_output_folder(snapshot_folder(config), kSnapshotKey);
 }
 
+void create_memory_snapshot_folder(const JobConfig& config) {
+  create_folders(snapshot_folder(config), kSnapshotKey);
+}
+
 void check_memory_snapshot_files(const JobConfig& config, int64_t step) {
   const std::string svg = snapshot_svg(config, step);
   for (const std::string& path : {svg, json_path_of(svg)}) {

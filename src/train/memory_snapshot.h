@@ -35,6 +35,8 @@ std::string write_memory_snapshot(const JobConfig& config, int64_t step, const P
 // InputError (naming the key) unless that folder can be created and written:
 // checked before training starts.
 void check_memory_snapshot_folder(const JobConfig& config);
+// Creates it, before training starts (as create_profile_traces_folder).
+void create_memory_snapshot_folder(const JobConfig& config);
 // InputError unless step `step`'s two files can be written there: each
 // absent or a regular file, and neither the metrics file (checked once the
 // step is known, before training starts).

@@ -55,10 +55,18 @@ std::optional<int64_t> number_in(std::string_view name, std::string_view prefix,
 
 }  // namespace
 
+std::string profile_traces_folder(const JobConfig& config) {
+  return (std::filesystem::path(config.job.dump_folder) / config.profiling.save_traces_folder)
+      .string();
+}
+
+void create_profile_traces_folder(const JobConfig& config) {
+  create_folders(profile_traces_folder(config), kTracesKey);
+}
+
 void check_profile_trace_targets(const JobConfig& config, int64_t start_step, int rank) {
   namespace fs = std::filesystem;
-  const std::string folder =
-      (fs::path(config.job.dump_folder) / config.profiling.save_traces_folder).string();
+  const std::string folder = profile_traces_folder(config);
   const int64_t freq = config.profiling.profile_freq;
   auto traced = [&](std::optional<int64_t> step) {
     return step && *step > start_step && *step <= config.training.steps && *step % freq == 0;

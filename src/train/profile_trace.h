@@ -24,6 +24,14 @@ bool profiling_asked_by_environment();
 std::string profile_trace_path(const std::string& dump_folder, const std::string& traces_folder,
                                int64_t step, int rank);
 
+// dump_folder/save_traces_folder: the folder every trace goes under.
+std::string profile_traces_folder(const JobConfig& config);
+
+// Creates the traces folder (InputError naming the key where the system
+// refuses): done before training starts, so a folder that passed the checks
+// but cannot be made (a path under /proc) fails then, not at the first trace.
+void create_profile_traces_folder(const JobConfig& config);
+
 // InputError unless rank `rank` can write the trace of every step it
 // profiles after `start_step`: the metrics file is none of them, and an
 // iteration_N already in the traces folder is a folder whose trace file can

@@ -206,6 +206,15 @@ void check_run_targets(const JobConfig& config, int64_t start_step, int rank) {
     check_memory_snapshot_files(config, start_step + 1);
 }
 
+// The folders the steps write into (traces, memory snapshots), made before
+// the metrics file is opened (and truncated): a folder the checks cannot
+// foresee failing (one under /proc) then costs no earlier run's metrics.
+void create_run_folders(const JobConfig& config, int64_t start_step, int rank) {
+  if (profiling_on(config)) create_profile_traces_folder(config);
+  if (config.profiling.enable_memory_snapshot && rank == 0 && start_step < config.training.steps)
+    create_memory_snapshot_folder(config);
+}
+
 // Every place the run will write is checked before training starts, so an
 // unwritable folder or a metrics path naming a device fails in a second
 // (exit 2), not after hours of training. Nothing is created here.
@@ -226,10 +235,7 @@ void check_output_places(const JobConfig& config, bool writes_checkpoints) {
   if (config.checkpoint.create_seed_checkpoint) check_no_seed_checkpoint(config);
   if (profiling_on(config)) {
     check_output_folder(config.job.dump_folder, "job.dump_folder");
-    check_output_folder(
-        (std::filesystem::path(config.job.dump_folder) / config.profiling.save_traces_folder)
-            .string(),
-        "profiling.save_traces_folder");
+    check_output_folder(profile_traces_folder(config), "profiling.save_traces_folder");
   }
 }
 
@@ -386,6 +392,8 @@ void print_setup(const JobConfig& config, const Setup& setup) {
 TokenDataset load_data(const JobConfig& config, int64_t vocab_size) {
   try {
     return load_training_tokens(config, vocab_size);
+  } catch (const TokenizerMismatch&) {
+    throw;  // the model's settings, not the dataset
   } catch (const InputError& e) {
     const std::string key =
         config.training.dataset_path.empty() ? "training.dataset" : "training.dataset_path";
@@ -1232,13 +1240,14 @@ int run_train(const JobConfig& config, Communicator& comm) {
   Session session(setup, /*with_gradients=*/!seed_only, shard_ranks, comm.rank() % shard_ranks);
   const int64_t start_step = initialize_state(config, session, /*with_optimizer=*/!seed_only);
   if (!seed_only) check_run_targets(config, start_step, comm.rank());
-  // The first thing written, once every check has passed.
+  // The first things written, once every check has passed.
   std::optional<CheckpointFolderLock> folder_lock;
   if (writes_checkpoints && leads) {
     create_folders(checkpoint_folder(config), "checkpoint.folder");
     folder_lock.emplace(checkpoint_folder(config));
     remove_stale_checkpoint_temporaries(checkpoint_folder(config));
   }
+  if (!seed_only) create_run_folders(config, start_step, comm.rank());
   confirm_inputs(comm);
   comm.set_timeout(config.comm.train_timeout_seconds);
   std::unique_ptr<ShardedTraining> sharded;  // splits HSDP's groups: after the agreement

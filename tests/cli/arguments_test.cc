@@ -75,6 +75,31 @@ TEST(CommandLine, GradsNeedsTokensAndOut) {
 TEST(CommandLine, HelpNeedsNothingElse) {
   EXPECT_EQ(parse_command_line({"--help"}).command, "help");
   EXPECT_EQ(parse_command_line({"-h", "junk"}).command, "help");
+  // After a command too: the usage, not "missing --config".
+  EXPECT_EQ(parse_command_line({"train", "--help"}).command, "help");
+  EXPECT_EQ(parse_command_line({"plan", "--config", "a.toml", "-h"}).command, "help");
+}
+
+// The commands dispatch() handles before parse_command_line are named too.
+TEST(CommandLine, UnknownCommandListsEveryCommand) {
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{}, std::vector<std::string>{"fly", "--config", "a.toml"}}) {
+    try {
+      parse_command_line(args);
+      ADD_FAILURE() << "accepted";
+    } catch (const InputError& e) {
+      EXPECT_NE(
+          std::string(e.what()).find("train, eval, plan, grads, generate, tokenizer or checkpoint"),
+          std::string::npos)
+          << e.what();
+    }
+  }
+}
+
+TEST(CommandLine, EmptyTimelineComparisonIsRefused) {
+  EXPECT_THROW(parse_command_line(
+                   {"plan", "--config", "a", "--timeline", "t.svg", "--timeline-compare", ""}),
+               InputError);
 }
 
 TEST(CommandLine, BadLinesAreInputErrors) {

@@ -110,6 +110,19 @@ TEST_F(FilesTest, OutputChecksRefuseLinksDevicesFifosAndFolders) {
   EXPECT_FALSE(fs::exists(path("not")));  // checking creates nothing
 }
 
+// "new/../blocker/sub": "new" would be created and ".." leave it, so the
+// regular file "blocker" is where a folder must go; walking up the path as
+// written never looked at it (the run failed at its first profile trace).
+TEST_F(FilesTest, OutputChecksResolveDotDotThroughFoldersYetToBeCreated) {
+  write("blocker", "");
+  std::string e = error_of([&] { check_output_folder(path("new/../blocker/sub"), "k"); });
+  EXPECT_NE(e.find("is a regular file, expected a folder"), std::string::npos) << e;
+  e = error_of([&] { check_output_file(path("new/../blocker/m.jsonl"), "k"); });
+  EXPECT_NE(e.find("is a regular file, expected a folder"), std::string::npos) << e;
+  EXPECT_EQ(error_of([&] { check_output_folder(path("new/../fine/sub"), "k"); }), "");
+  EXPECT_FALSE(fs::exists(path("new")));
+}
+
 TEST_F(FilesTest, UnwritableFolderIsFoundByTheCheck) {
   if (::geteuid() == 0) GTEST_SKIP() << "root may write to any folder";
   fs::create_directories(path("ro"));
