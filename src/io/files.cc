@@ -1,6 +1,7 @@
 #include "io/files.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -80,12 +81,13 @@ void check_writable_folder(const std::string& folder, const std::string& key,
                      std::strerror(errno) + ")");
 }
 
-// The files read (InputUse::kInput) while a ProtectedInputs scope is open,
-// by identity; `scopes` counts the open ones.
+// The files read while a ProtectedInputs scope is open, by identity;
+// `scopes` counts the open ones.
 struct InputFile {
   dev_t device;
   ino_t inode;
   std::string path, what;
+  bool rewritten;  // InputUse::kRewritten: its writer (key `what`) may replace it
 };
 std::mutex inputs_mutex;
 int scopes = 0;
@@ -94,19 +96,22 @@ std::vector<InputFile>& inputs() {
   return files;
 }
 
-void note_input_identity(const struct stat& st, const std::string& path, const std::string& what) {
+void note_input_identity(const struct stat& st, const std::string& path, const std::string& what,
+                         InputUse use) {
   const std::lock_guard<std::mutex> lock(inputs_mutex);
   if (scopes == 0) return;
   for (const InputFile& f : inputs())
     if (f.device == st.st_dev && f.inode == st.st_ino && f.path == path) return;
-  inputs().push_back({st.st_dev, st.st_ino, path, what});
+  inputs().push_back({st.st_dev, st.st_ino, path, what, use == InputUse::kRewritten});
 }
 
-// The input `st` is, if any. An input counts while its own path still names
-// it: once deleted, its inode number may be reused by an unrelated new file.
-std::optional<InputFile> input_with_identity(const struct stat& st) {
+// The input `st` is, if any, that a writer under `key` may not replace. An
+// input counts while its own path still names it: once deleted, its inode
+// number may be reused by an unrelated new file.
+std::optional<InputFile> input_with_identity(const struct stat& st, const std::string& key) {
   const std::lock_guard<std::mutex> lock(inputs_mutex);
   for (const InputFile& f : inputs()) {
+    if (f.rewritten && f.what == key) continue;  // its own writer
     struct stat now;
     if (f.device == st.st_dev && f.inode == st.st_ino && ::stat(f.path.c_str(), &now) == 0 &&
         now.st_dev == f.device && now.st_ino == f.inode)
@@ -121,7 +126,7 @@ std::optional<InputFile> input_with_identity(const struct stat& st) {
 void check_replaceable(const std::string& path, const std::string& key) {
   struct stat st;
   if (::lstat(path.c_str(), &st) != 0) return;  // absent: fine
-  if (const std::optional<InputFile> input = input_with_identity(st)) {
+  if (const std::optional<InputFile> input = input_with_identity(st, key)) {
     const std::string same =
         input->path == path ? "" : " (the same file as " + in_quotes(input->path) + ")";
     throw InputError(key + ": " + in_quotes(path) + " is the " + input->what + " this run reads" +
@@ -159,7 +164,7 @@ std::string read_regular_file(const std::string& path, const std::string& what,
     ::close(fd);
     throw InputError(prefix + "is " + kind + ", expected " + expected);
   }
-  if (use == InputUse::kInput) note_input_identity(st, path, what);
+  note_input_identity(st, path, what, use);
   std::string text;
   char buffer[1 << 16];
   Progress progress("reading " + path, static_cast<int64_t>(st.st_size), ProgressUnit::kBytes);
@@ -194,9 +199,10 @@ ProtectedInputs::~ProtectedInputs() {
   if (--scopes == 0) inputs().clear();
 }
 
-void note_input(const std::string& path, const std::string& what) {
+void note_input(const std::string& path, const std::string& what, InputUse use) {
   struct stat st;
-  if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) note_input_identity(st, path, what);
+  if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode))
+    note_input_identity(st, path, what, use);
 }
 
 void check_output_file(const std::string& path, const std::string& key) {
@@ -341,6 +347,16 @@ LineLog::LineLog(const std::string& path, const std::string& key, bool append) :
     ::close(fd_);
     fd_ = -1;
     throw InputError(key + ": " + in_quotes(path) + " is not a regular file");
+  }
+  // One writer per log: a second run given the same path would truncate the
+  // first one's lines and then interleave its own with them. The flock is
+  // held while the file is open (a file system without flock goes unlocked).
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
+    ::close(fd_);
+    fd_ = -1;
+    throw InputError(key + ": " + in_quotes(path) +
+                     " is being written by another remat run; expected a file no running "
+                     "job logs to (wait for that run to end, or name another file)");
   }
   if (!append && ::ftruncate(fd_, 0) != 0) {
     ::close(fd_);

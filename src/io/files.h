@@ -25,7 +25,8 @@ namespace remat {
 // `--metrics.jsonl_path` naming the config file, or `tokenizer train
 // --output` naming its `--input`, fails with exit 2 instead of destroying
 // it. kRewritten: a file the run reads and then replaces on purpose (a
-// cache), not protected.
+// cache): protected the same way from every output but its own writer, the
+// one whose key is the `what` it was read (or noted) under.
 enum class InputUse { kInput, kRewritten };
 
 // The span of one command (the CLI opens one around each): the inputs read
@@ -50,8 +51,9 @@ std::string read_regular_file(const std::string& path, const std::string& what,
                               InputUse use = InputUse::kInput);
 
 // Records `path` (an existing file) as an input, for readers that open files
-// themselves (.npy, .safetensors). `what` names it for messages.
-void note_input(const std::string& path, const std::string& what);
+// themselves (.npy, .safetensors), or a rewritten file after its writer
+// replaced it (the new file is another inode). `what` names it for messages.
+void note_input(const std::string& path, const std::string& what, InputUse use = InputUse::kInput);
 
 // Checks, without creating anything, that `path` can later be written by
 // AtomicFile: it is absent or a regular file (not a link, device, FIFO or
@@ -109,8 +111,9 @@ class AtomicFile {
 bool remove_stale_temporary(const std::string& path);
 
 // An append-only text file for per-step logs (metrics JSONL): opened once
-// (missing folders created; truncated, or appended to when `append`), each
-// line written with one
+// (missing folders created; truncated, or appended to when `append`), by one
+// writer at a time (an flock: InputError while another process, or another
+// LineLog, holds the file open), each line written with one
 // write(2) so a killed run keeps every complete line it logged. A line the
 // system refuses part of (disk full) is cut off again, so the file ends
 // with its last whole line, and OutputError thrown.

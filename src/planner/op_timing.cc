@@ -53,6 +53,10 @@ std::string cpu_model_name() {
   return "unknown CPU";
 }
 
+// The config key of the cache: the name its reads and its writes share, so
+// the cache protected from the run's other outputs stays writable by itself.
+constexpr const char* kCacheKey = "activation_checkpoint.cost_cache";
+
 std::string cache_path(const JobConfig& config) {
   const auto& ac = config.activation_checkpoint;
   if (!ac.cost_cache.empty()) return ac.cost_cache;
@@ -73,9 +77,8 @@ std::map<std::string, double> read_cache(const std::string& path, const std::str
   if (!std::filesystem::exists(path, ec)) return times;
   nlohmann::json j;
   try {
-    const std::string text =
-        read_regular_file(path, "activation_checkpoint.cost_cache", "a JSON file written by remat",
-                          1 << 24, InputUse::kRewritten);
+    const std::string text = read_regular_file(path, kCacheKey, "a JSON file written by remat",
+                                               1 << 24, InputUse::kRewritten);
     if (json_text_problem(text).empty()) j = nlohmann::json::parse(text);  // else: not a cache
   } catch (const nlohmann::json::exception&) {
     j = nullptr;
@@ -101,9 +104,12 @@ void write_cache(const std::string& path, const OpTimes& times) {
   j["machine"] = times.machine;
   j["ops"] = times.seconds;
   const std::string text = j.dump(1) + "\n";
-  AtomicFile out(path, "activation_checkpoint.cost_cache", /*make_folders=*/true);
+  AtomicFile out(path, kCacheKey, /*make_folders=*/true);
   out.write(text.data(), static_cast<int64_t>(text.size()));
   out.commit();
+  // The run's other outputs (metrics, checkpoints, plan files) may not
+  // replace the cache it has just written.
+  note_input(path, kCacheKey, InputUse::kRewritten);
 }
 
 // The model calibration times: its first two blocks (and the layers around
@@ -239,7 +245,7 @@ OpTimes load_or_measure_op_times(const JobConfig& config, const Program& program
   OpTimes t;
   t.path = cache_path(config);
   t.machine = cpu_model_name() + ", " + std::to_string(training_threads(config)) + " threads";
-  check_output_file(t.path, "activation_checkpoint.cost_cache");
+  check_output_file(t.path, kCacheKey);
   t.seconds = read_cache(t.path, t.machine);
   bool complete = t.seconds.count(kUpdateKey) > 0 && t.seconds.count(kOverheadKey) > 0;
   for (const Node& node : program.nodes) {

@@ -72,11 +72,15 @@ void check_profile_trace_targets(const JobConfig& config, int64_t start_step, in
     return step && *step > start_step && *step <= config.training.steps && *step % freq == 0;
   };
   // The metrics file stays open all run: a trace renamed over it would take
-  // its name, and its later lines would go nowhere.
+  // its name, and its later lines would go nowhere. Its path is resolved
+  // first ("iteration_1/./rank0_trace.json", a linked iteration folder).
   const std::string& metrics = config.metrics.jsonl_path;
   if (!metrics.empty()) {
-    const fs::path m = fs::path(metrics).filename();
-    const fs::path iteration = fs::path(metrics).parent_path();
+    std::error_code resolve_error;
+    fs::path resolved = fs::weakly_canonical(fs::absolute(metrics), resolve_error);
+    if (resolve_error) resolved = fs::path(metrics).lexically_normal();
+    const fs::path m = resolved.filename();
+    const fs::path iteration = resolved.parent_path();
     if (number_in(m.string(), "rank", "_trace.json") &&
         traced(number_in(iteration.filename().string(), "iteration_", "")) &&
         same_place(iteration.parent_path().string(), folder))

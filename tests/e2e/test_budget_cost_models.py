@@ -5,7 +5,8 @@
   (wide, llama4 debug, llama3 8B planned with --torchtitan) and under
   measured op times (wide, llama4 debug).
 - The measured cost model calibrates once, names its cache file, gives the
-  pointwise ops a non-zero cost, and reuses the cache the second time.
+  pointwise ops a non-zero cost, and reuses the cache the second time; no
+  other output of the run (--pareto here) may replace the cache.
 - PyTorch's knapsack baseline runs, and remat's budget at its true peak
   recomputes no more.
 - selective_op_ac_mm_flops_threshold = "auto" is never worse than 0 in peak
@@ -76,6 +77,15 @@ with tempfile.TemporaryDirectory() as tmp:
             if "calibrated now" not in third["cost_model"] or max(ops.values()) >= 1e6:
                 failures.append(f"{name}: a cache of 1e308 s entries was trusted: "
                                 f"{third['cost_model']}")
+            # The cache is its own writer's output only: --pareto naming it
+            # would replace what the next run reads (it did, exit 0).
+            before = cache.read_bytes()
+            clash = subprocess.run([REMAT, "plan", *args, "--pareto", str(cache)],
+                                   capture_output=True, text=True)
+            if clash.returncode != 2 or "is the activation_checkpoint.cost_cache this run " \
+                    "reads" not in clash.stderr or cache.read_bytes() != before:
+                failures.append(f"{name}: --pareto over the cost cache: exit "
+                                f"{clash.returncode}: {clash.stderr.strip()}")
 
     # PyTorch's knapsack, and remat at the peak it really reaches.
     for fraction in ("0.3", "0.7"):

@@ -123,6 +123,25 @@ TEST_F(FilesTest, OutputChecksResolveDotDotThroughFoldersYetToBeCreated) {
   EXPECT_FALSE(fs::exists(path("new")));
 }
 
+// A second writer of one log (another run given the same metrics path) is
+// refused before it truncates the first one's lines.
+TEST_F(FilesTest, OneLineLogWriterAtATime) {
+  const std::string p = path("m.jsonl");
+  std::string e;
+  {
+    LineLog first(p, "metrics.jsonl_path", /*append=*/false);
+    first.write_line("{\"step\": 1}");
+    e = error_of([&] { LineLog second(p, "metrics.jsonl_path", /*append=*/false); });
+    first.write_line("{\"step\": 2}");
+  }
+  EXPECT_NE(e.find("metrics.jsonl_path: '" + p + "' is being written by another remat run"),
+            std::string::npos)
+      << e;
+  EXPECT_EQ(read(p), "{\"step\": 1}\n{\"step\": 2}\n");
+  // Once the first is closed, the file is free again.
+  EXPECT_EQ(error_of([&] { LineLog again(p, "metrics.jsonl_path", /*append=*/true); }), "");
+}
+
 TEST_F(FilesTest, UnwritableFolderIsFoundByTheCheck) {
   if (::geteuid() == 0) GTEST_SKIP() << "root may write to any folder";
   fs::create_directories(path("ro"));
@@ -351,12 +370,27 @@ TEST_F(FilesTest, OutputsNeverReplaceAFileTheProcessRead) {
             std::string::npos);
   EXPECT_EQ(read(input), "[training]\nsteps = 1\n");
   EXPECT_TRUE(fs::exists(path("job.tmp")));
-  // Another file is an output as before; so is one read as kRewritten (a
-  // cache the run rewrites on purpose) or recorded by note_input.
+  // Another file is an output as before. One read as kRewritten (a cache
+  // the run rewrites on purpose) is an output of its own writer only (the
+  // key it was read under): the run's metrics, say, may not replace it.
   EXPECT_EQ(error_of([&] { check_output_file(path("metrics.jsonl"), "k"); }), "");
   const std::string cache = write("cache.json", "{}");
-  read_regular_file(cache, "op time cache", "JSON", 1 << 20, InputUse::kRewritten);
-  EXPECT_EQ(error_of([&] { check_output_file(cache, "k"); }), "");
+  read_regular_file(cache, "cost_cache", "JSON", 1 << 20, InputUse::kRewritten);
+  EXPECT_EQ(error_of([&] { check_output_file(cache, "cost_cache"); }), "");
+  EXPECT_NE(error_of([&] {
+              check_output_file(cache, "metrics.jsonl_path");
+            }).find("is the cost_cache this run reads"),
+            std::string::npos);
+  {  // its writer replaces it (a new inode), then notes the new file
+    AtomicFile rewrite(cache, "cost_cache");
+    rewrite.write("[]", 2);
+    rewrite.commit();
+  }
+  EXPECT_EQ(error_of([&] { check_output_file(cache, "metrics.jsonl_path"); }), "");
+  note_input(cache, "cost_cache", InputUse::kRewritten);
+  EXPECT_NE(error_of([&] { LineLog log(cache, "metrics.jsonl_path", false); }).find("this run"),
+            std::string::npos);
+  EXPECT_EQ(read(cache), "[]");
   const std::string tokens = write("tokens.npy", "x");
   note_input(tokens, ".npy token file");
   EXPECT_NE(error_of([&] { check_output_file(tokens, "--out"); }).find(".npy token file"),
