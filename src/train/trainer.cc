@@ -160,15 +160,19 @@ std::optional<std::string> listable_checkpoint_folder(const JobConfig& config) {
 // folder where a file goes, a symbolic link, a checkpoint this run reads, a
 // leftover temporary that is a folder) is refused now, not when the save
 // comes, after the training it would have kept. Only the folder's entries
-// are looked at, so a run of a million steps costs no more.
-void check_checkpoint_targets(const JobConfig& config, int64_t start_step) {
+// are looked at, so a run of a million steps costs no more. Returns, in
+// order, the steps whose checkpoints already there this run will replace
+// (a resume from an earlier step into a folder holding later ones).
+std::vector<int64_t> check_checkpoint_targets(const JobConfig& config, int64_t start_step) {
   namespace fs = std::filesystem;
   const bool sharded = sharded_checkpoints(config);
   const std::optional<std::string> folder = listable_checkpoint_folder(config);
-  if (!folder) return;  // no folder yet: nothing in the way
+  if (!folder) return {};  // no folder yet: nothing in the way
+  std::vector<int64_t> replaced;
   std::error_code ec;
   for (const fs::directory_entry& entry : fs::directory_iterator(*folder, ec)) {
-    const std::optional<int64_t> step = checkpoint_step_of(entry.path().filename().string());
+    const std::string name = entry.path().filename().string();
+    const std::optional<int64_t> step = checkpoint_step_of(name);
     if (!step || *step <= start_step || *step > config.training.steps) continue;
     const std::string target = checkpoint_path(config, *step, sharded);
     if (sharded) {
@@ -176,7 +180,11 @@ void check_checkpoint_targets(const JobConfig& config, int64_t start_step) {
     } else {
       check_output_file(target, "checkpoint.folder");
     }
+    const bool saved = *step % config.checkpoint.interval == 0 || *step == config.training.steps;
+    if (saved && name == checkpoint_name(*step, sharded)) replaced.push_back(*step);
   }
+  std::sort(replaced.begin(), replaced.end());
+  return replaced;
 }
 
 // A seed checkpoint starts runs (it is what a resume from the folder loads
@@ -199,7 +207,21 @@ void check_no_seed_checkpoint(const JobConfig& config) {
 // The files the steps after `start_step` write, where their names depend on
 // the step: found in the way now, not once the steps before them have run.
 void check_run_targets(const JobConfig& config, int64_t start_step, int rank) {
-  if (config.checkpoint.enable) check_checkpoint_targets(config, start_step);
+  if (config.checkpoint.enable) {
+    // As torchtitan does, a save replaces what is there; said now, not
+    // found out afterwards.
+    const std::vector<int64_t> replaced = check_checkpoint_targets(config, start_step);
+    if (!replaced.empty() && rank == 0) {
+      std::string steps;
+      for (const int64_t s : replaced) steps += (steps.empty() ? "" : ", ") + std::to_string(s);
+      std::printf(
+          "warning: checkpoint.folder '%s' holds the checkpoint%s of step%s %s, later than "
+          "this run's start (step %lld); its saves will replace %s\n",
+          checkpoint_folder(config).c_str(), replaced.size() > 1 ? "s" : "",
+          replaced.size() > 1 ? "s" : "", steps.c_str(), static_cast<long long>(start_step),
+          replaced.size() > 1 ? "them" : "it");
+    }
+  }
   if (profiling_on(config)) check_profile_trace_targets(config, start_step, rank);
   // The first step of the run is measured, by rank 0.
   if (config.profiling.enable_memory_snapshot && rank == 0 && start_step < config.training.steps)

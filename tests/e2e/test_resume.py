@@ -15,6 +15,8 @@
   bit for bit; once at training.steps it trains and rewrites nothing.
 - A weights-only checkpoint past step 0 warns that the AdamW moments start
   from zero.
+- A resume from an earlier step into a folder that holds later checkpoints
+  names those its saves will replace.
 - Malformed run metadata is exit 2 naming the key.
 
 Usage: test_resume.py <path-to-remat>
@@ -230,6 +232,20 @@ def test_record_and_warnings():
         check(got == str(6 + 2 * 4),
               f"with batch 4 the data went on from window 6: next window {got}, expected 14 "
               "(step x batch would give 20)")
+
+        check("its saves will replace" not in out,
+              "no checkpoint of a later step in the folder: no word of replacing one")
+
+        # A resume from an earlier step into the folder holding later ones:
+        # its saves replace them (as in torchtitan), and it says so first.
+        train(tmp, config, "--training.steps", "3", "--checkpoint.enable", "true",
+              "--checkpoint.interval", "1", "--job.dump_folder", "e")
+        proc = train(tmp, config, "--training.steps", "3", "--checkpoint.enable", "true",
+                     "--checkpoint.interval", "1", "--job.dump_folder", "e", "--checkpoint.load",
+                     str(tmp / "e" / "checkpoint" / "step-1.safetensors"))
+        check(proc.returncode == 0 and "holds the checkpoints of steps 2, 3, later than this "
+              "run's start (step 1); its saves will replace them" in proc.stdout,
+              "a resume into a folder of later checkpoints names those its saves replace")
 
         proc = train(tmp, config, "--training.steps", "4", "--training.seq_len", "16",
                      "--checkpoint.load", str(saved), "--job.dump_folder", "c")
