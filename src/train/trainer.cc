@@ -204,6 +204,12 @@ void check_no_seed_checkpoint(const JobConfig& config) {
   }
 }
 
+// Whether this rank writes a memory snapshot: of the run's first step, by
+// rank 0.
+bool takes_memory_snapshot(const JobConfig& config, int64_t start_step, int rank) {
+  return config.profiling.enable_memory_snapshot && rank == 0 && start_step < config.training.steps;
+}
+
 // The files the steps after `start_step` write, where their names depend on
 // the step: found in the way now, not once the steps before them have run.
 void check_run_targets(const JobConfig& config, int64_t start_step, int rank) {
@@ -223,8 +229,7 @@ void check_run_targets(const JobConfig& config, int64_t start_step, int rank) {
     }
   }
   if (profiling_on(config)) check_profile_trace_targets(config, start_step, rank);
-  // The first step of the run is measured, by rank 0.
-  if (config.profiling.enable_memory_snapshot && rank == 0 && start_step < config.training.steps)
+  if (takes_memory_snapshot(config, start_step, rank))
     check_memory_snapshot_files(config, start_step + 1);
 }
 
@@ -233,8 +238,7 @@ void check_run_targets(const JobConfig& config, int64_t start_step, int rank) {
 // foresee failing (one under /proc) then costs no earlier run's metrics.
 void create_run_folders(const JobConfig& config, int64_t start_step, int rank) {
   if (profiling_on(config)) create_profile_traces_folder(config);
-  if (config.profiling.enable_memory_snapshot && rank == 0 && start_step < config.training.steps)
-    create_memory_snapshot_folder(config);
+  if (takes_memory_snapshot(config, start_step, rank)) create_memory_snapshot_folder(config);
 }
 
 // Every place the run will write is checked before training starts, so an
