@@ -104,21 +104,95 @@ int64_t Communicator::max(int64_t value, const std::string& what) {
 
 namespace {
 
-// The one agreement collective: the lowest rank that saw bad input, or
-// size() when none did.
-int64_t first_rejecting_rank(Communicator& comm, bool rejects) {
-  return comm.min(rejects ? comm.rank() : comm.size(), "agreement on the inputs of the run");
+// What each rank brings to the agreement.
+struct Agreement {
+  int64_t rejects = 0;   // 1: this rank saw bad input
+  int64_t settings = 0;  // how many settings it was given
+  uint64_t digest = 0;   // of all of them
+};
+
+// FNV-1a: a digest to compare, not a defence against anyone.
+uint64_t digest_of(const std::string& text, uint64_t h = 1469598103934665603ULL) {
+  for (const unsigned char c : text) h = (h ^ c) * 1099511628211ULL;
+  return h;
+}
+
+uint64_t digest_of(const std::pair<std::string, std::string>& setting) {
+  return digest_of(setting.second, digest_of(setting.first + '\0'));
+}
+
+// The one agreement collective: every rank's word, in rank order.
+std::vector<Agreement> agree(Communicator& comm, const Agreement& mine) {
+  return comm.all_gather(mine, "agreement on the inputs of the run");
+}
+
+int64_t first_rejecting_rank(Communicator& comm, const std::vector<Agreement>& all) {
+  for (size_t r = 0; r < all.size(); ++r)
+    if (all[r].rejects) return static_cast<int64_t>(r);
+  return comm.size();
+}
+
+// Every rank got here with the same settings count and different digests:
+// a second collective (every rank is in confirm_inputs) finds the first
+// setting that differs, which every rank names with its own value.
+[[noreturn]] void name_the_difference(Communicator& comm, const RankSettings& settings) {
+  const size_t n = settings.size();
+  std::vector<uint64_t> mine(n), all(n * static_cast<size_t>(comm.size()));
+  for (size_t i = 0; i < n; ++i) mine[i] = digest_of(settings[i]);
+  comm.start_all_gather(mine.data(), all.data(), static_cast<int64_t>(n * sizeof(uint64_t)),
+                        "which setting differs between the ranks")
+      ->wait();
+  for (size_t i = 0; i < n; ++i) {
+    std::string others;
+    for (int r = 0; r < comm.size(); ++r)
+      if (all[static_cast<size_t>(r) * n + i] != mine[i])
+        others += (others.empty() ? "" : ", ") + std::to_string(r);
+    if (others.empty()) continue;
+    throw RanksDisagree(settings[i].first + " = " + settings[i].second + " on rank " +
+                        std::to_string(comm.rank()) + ", another value on rank(s) " + others +
+                        ": every rank of a job must be given the same config (expected the "
+                        "same config file and overrides on every rank)");
+  }
+  throw RanksDisagree(
+      "the ranks' settings differ, but no one setting does (expected the same "
+      "config on every rank)");
 }
 
 }  // namespace
 
+void agree_on_settings(Communicator& comm, const RankSettings& settings) {
+  Agreement mine;
+  mine.settings = static_cast<int64_t>(settings.size());
+  for (const auto& s : settings)
+    mine.digest = digest_of(s.first + '\0' + s.second + '\0', mine.digest);
+  const std::vector<Agreement> all = agree(comm, mine);
+  const int64_t first = first_rejecting_rank(comm, all);
+  if (first < comm.size()) throw InputsRejected(static_cast<int>(first));
+  bool same = true;
+  for (const Agreement& a : all)
+    same = same && a.settings == mine.settings && a.digest == mine.digest;
+  if (!same) {
+    for (const Agreement& a : all)
+      if (a.settings != mine.settings)
+        throw RanksDisagree("the ranks run remat builds with different config keys (" +
+                            std::to_string(mine.settings) + " here, " + std::to_string(a.settings) +
+                            " on another rank); expected one build "
+                            "on every rank");
+    name_the_difference(comm, settings);
+  }
+}
+
 void confirm_inputs(Communicator& comm) {
-  const int64_t first = first_rejecting_rank(comm, false);
+  const int64_t first = first_rejecting_rank(comm, agree(comm, Agreement{}));
   if (first < comm.size()) throw InputsRejected(static_cast<int>(first));
   comm.inputs_confirmed_ = true;
 }
 
-bool reject_inputs(Communicator& comm) { return first_rejecting_rank(comm, true) == comm.rank(); }
+bool reject_inputs(Communicator& comm) {
+  Agreement mine;
+  mine.rejects = 1;
+  return first_rejecting_rank(comm, agree(comm, mine)) == comm.rank();
+}
 
 namespace {
 

@@ -138,8 +138,14 @@ class Communicator {
 
 // Bad input seen on any rank ends every rank with exit status 2 and its
 // message printed once. Until the inputs are agreed, ranks run no other
-// collective; then each rank makes exactly one of these two calls, which
-// match as one collective:
+// collective but the agreement; each rank makes one of these calls at each
+// agreement, and they match as one collective:
+//  - agree_on_settings() first, before anything is planned or written:
+//    returns when every rank was given the same `settings` (name, value:
+//    the job's config), else throws InputsRejected (a rank saw bad input
+//    before it got there) or RanksDisagree (every rank throws it, naming
+//    the first setting that differs; the caller reports it as bad input,
+//    which is the next agreement). The inputs are not confirmed yet;
 //  - confirm_inputs() once its own inputs passed every check: returns when
 //    every rank's did, else throws InputsRejected (the message is printed by
 //    the rank that saw it);
@@ -151,6 +157,12 @@ class InputsRejected : public std::runtime_error {
   explicit InputsRejected(int first_rank)
       : std::runtime_error("rank " + std::to_string(first_rank) + " saw bad input") {}
 };
+class RanksDisagree : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+using RankSettings = std::vector<std::pair<std::string, std::string>>;
+void agree_on_settings(Communicator& comm, const RankSettings& settings);
 void confirm_inputs(Communicator& comm);
 bool reject_inputs(Communicator& comm);
 

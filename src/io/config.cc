@@ -1031,16 +1031,23 @@ std::string format_ignored_keys(const JobConfig& config) {
   return "ignored on this engine: " + join(config.ignored_keys, ", ");
 }
 
-std::string format_job_config(const JobConfig& config) {
+std::vector<std::pair<std::string, std::string>> job_config_settings(const JobConfig& config) {
   JobConfig copy = config;  // fields_of points into the config it is given
+  std::vector<std::pair<std::string, std::string>> settings;
+  for (const Field& f : fields_of(copy))
+    if (!f.alias) settings.emplace_back(f.name(), toml_value(f.ref));
+  return settings;
+}
+
+std::string format_job_config(const JobConfig& config) {
   std::string out, section;
-  for (const Field& f : fields_of(copy)) {
-    if (f.alias) continue;
-    if (f.section != section) {
-      section = f.section;
+  for (const auto& [name, value] : job_config_settings(config)) {
+    const size_t dot = name.find('.');  // section names have none
+    if (name.compare(0, dot, section) != 0 || section.size() != dot) {
+      section = name.substr(0, dot);
       out += (out.empty() ? "[" : "\n[") + section + "]\n";
     }
-    out += std::string(f.key) + " = " + toml_value(f.ref) + "\n";
+    out += name.substr(dot + 1) + " = " + value + "\n";
   }
   return out;
 }

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace remat {
@@ -179,6 +180,10 @@ std::string format_ignored_keys(const JobConfig& config);
 // The resolved config as a TOML document (every section and key, with the
 // values the run uses), which parse_job_config reads back to the same config.
 std::string format_job_config(const JobConfig& config);
+
+// The same settings as a list: "section.key" and its value as TOML writes
+// it, in the config's own order.
+std::vector<std::pair<std::string, std::string>> job_config_settings(const JobConfig& config);
 
 // Reads the TOML file (missing/unreadable/directory -> InputError), applies
 // the overrides (argv-style: "--section.key", "value" or "--section.key=value"),

@@ -233,6 +233,21 @@ void check_run_targets(const JobConfig& config, int64_t start_step, int rank) {
     check_memory_snapshot_files(config, start_step + 1);
 }
 
+// Every rank runs one job: its settings, all but the thread count (which
+// changes no bit), must be the same on every rank. Given another config, a
+// rank's collectives stopped matching its peers': crashes, a silent exit,
+// or a model mixed of two inits saved as if nothing were wrong.
+void agree_on_config(Communicator& comm, const JobConfig& config) {
+  RankSettings settings;
+  for (auto& setting : job_config_settings(config))
+    if (setting.first != "training.threads") settings.push_back(std::move(setting));
+  try {
+    agree_on_settings(comm, settings);
+  } catch (const RanksDisagree& e) {
+    throw InputError(e.what());
+  }
+}
+
 // The folders the steps write into (traces, memory snapshots), made before
 // the metrics file is opened (and truncated): a folder the checks cannot
 // foresee failing (one under /proc) then costs no earlier run's metrics.
@@ -1229,6 +1244,7 @@ InputError resume_error(const JobConfig& config, const InputError& e) {
 
 int run_train(const JobConfig& config, Communicator& comm) {
   const auto& t = config.training;
+  agree_on_config(comm, config);  // before anything is planned or written
   check_data_parallel_degrees(config, comm);
   const bool leads = comm.rank() == 0;  // the rank that writes files
   // The CPU engine: one process, or the ranks it shards over (a budget plan

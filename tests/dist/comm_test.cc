@@ -131,6 +131,50 @@ TEST(Comm, ConfirmedInputsAreRemembered) {
   EXPECT_TRUE(comm.inputs_confirmed());
 }
 
+// A rank given another config ran collectives that no longer matched its
+// peers' (crashes, a silent exit, a false "interrupted"): the first
+// agreement compares the settings, and every rank names the first that
+// differs.
+TEST(Comm, RanksGivenDifferentSettingsAreNamed) {
+  Communicator& comm = world();
+  const RankSettings same = {{"model.dim", "64"}, {"training.steps", "2"}, {"job.x", "y"}};
+  EXPECT_NO_THROW(agree_on_settings(comm, same));
+  RankSettings mine = same;
+  const int odd = comm.size() - 1;  // the rank given another value
+  if (comm.rank() == odd) mine[1].second = "4";
+  if (comm.size() == 1) {
+    EXPECT_NO_THROW(agree_on_settings(comm, mine));  // one rank agrees with itself
+    return;
+  }
+  std::string said;
+  try {
+    agree_on_settings(comm, mine);
+  } catch (const RanksDisagree& e) {
+    said = e.what();
+  }
+  std::string others = std::to_string(odd);  // as the other ranks see it
+  if (comm.rank() == odd) {
+    others.clear();
+    for (int r = 0; r < odd; ++r) others += (others.empty() ? "" : ", ") + std::to_string(r);
+  }
+  EXPECT_NE(said.find("training.steps = " + mine[1].second + " on rank " +
+                      std::to_string(comm.rank()) + ", another value on rank(s) " + others),
+            std::string::npos)
+      << said;
+  // Another number of settings (builds with other keys): said without a
+  // second collective, on every rank.
+  RankSettings more = same;
+  if (comm.rank() == odd) more.emplace_back("new.key", "1");
+  said.clear();
+  try {
+    agree_on_settings(comm, more);
+  } catch (const RanksDisagree& e) {
+    said = e.what();
+  }
+  EXPECT_NE(said.find("different config keys"), std::string::npos) << said;
+  EXPECT_NO_THROW(agree_on_settings(comm, same));  // and the ranks still agree afterwards
+}
+
 TEST(Comm, SizeIsTheLaunchersRankCount) {
   Communicator& comm = world();
   const char* size = std::getenv("OMPI_COMM_WORLD_SIZE");

@@ -14,9 +14,12 @@ which rank and why, and never hang.
     interrupted run (exit 143);
  4. bad input seen by every rank (training.steps = -1): every rank exits 2,
     the message printed once;
- 5. bad input seen by rank 1 only (an MPMD launch giving it a missing
-    dataset file): every rank exits 2, rank 1's message printed once, no
-    metrics file written;
+ 5. bad input seen by rank 1 only (an MPMD launch running it in another
+    folder, where the config's relative dataset path names no file): every
+    rank exits 2, rank 1's message printed once, no metrics file written;
+ 5b. ranks given different configs (an MPMD launch giving rank 1 another
+    training.steps): every rank exits 2 before anything is written, the
+    first setting that differs named once (they crashed or trained on);
  6. the degree against the ranks: 2 ranks with replicate degree 1, and one
     process with replicate degree 2, exit 2 saying what to set; so does
     `remat plan` under 2 ranks (only train runs under mpirun).
@@ -145,10 +148,24 @@ def main():
         good = train_args(remat, os.path.join(tmp, "one_rank"), "--training.steps", "2",
                           "--parallelism.data_parallel_replicate_degree", "2",
                           "--metrics.jsonl_path", metrics)
+        # The same config on both ranks; the relative dataset path finds its
+        # file in rank 0's folder only.
+        for folder in ("rank0", "rank1"):
+            os.makedirs(os.path.join(tmp, folder), exist_ok=True)
+        with open(os.path.join(tmp, "rank0", "data.txt"), "w") as f:
+            f.write("a few words of text to train on, repeated. " * 400)
+        same = good + ["--training.dataset_path", "data.txt"]
         bad_input(remat, tmp, "bad input on rank 1 only",
-                  MPIRUN + ["-np", "1"] + good + [":", "-np", "1"] + good +
-                  ["--training.dataset_path", os.path.join(tmp, "missing.txt")], "missing.txt")
+                  MPIRUN + ["-np", "1", "-wdir", os.path.join(tmp, "rank0")] + same +
+                  [":", "-np", "1", "-wdir", os.path.join(tmp, "rank1")] + same, "data.txt")
         check("bad input on rank 1 only: no metrics file", not os.path.exists(metrics))
+        proc = bad_input(remat, tmp, "ranks given different configs",
+                         MPIRUN + ["-np", "1"] + good + [":", "-np", "1"] + good +
+                         ["--training.steps", "3"],
+                         "training.steps = 2 on rank 0, another value on rank(s) 1")
+        check("ranks given different configs: no metrics file, no rank 1 message",
+              not os.path.exists(metrics) and "on rank 1, another value" not in proc.stderr,
+              proc.stderr[-600:])
         bad_input(remat, tmp, "2 ranks, replicate degree 1",
                   two + train_args(remat, tmp, "--training.steps", "1"),
                   "parallelism.data_parallel_replicate_degree = 1, but the run has 2 ranks")
