@@ -38,6 +38,17 @@ TokenDataset validation_tokens(const JobConfig& config, TokenDataset& training,
           "its loss is measured on tokens the run trains on, not held-out ones\n",
           config.validation.dataset.c_str(), t.dataset_path.c_str());
     }
+    // The built-in dataset trains on every file of its folder.
+    const std::filesystem::path file = std::filesystem::weakly_canonical(
+        std::filesystem::absolute(config.validation.dataset, ec), ec);
+    if (t.dataset_path.empty() && t.dataset == "fortunes" && !ec &&
+        file.parent_path() == std::filesystem::weakly_canonical(kFortunesDir, ec)) {
+      std::printf(
+          "warning: validation.dataset '%s' is one of the files in %s that the built-in "
+          "dataset \"fortunes\" trains on: its loss is measured on tokens the run trains on, "
+          "not held-out ones (leave validation.dataset unset for the built-in held-out part)\n",
+          config.validation.dataset.c_str(), kFortunesDir);
+    }
   } else if (t.dataset_path.empty()) {
     HeldOutSplit split = split_held_out(training, kHeldOutFraction);
     data.description = "the last " + with_thousands(split.held_out.size()) + " tokens of " +

@@ -9,7 +9,8 @@
   run with validation is the training step's peak `remat plan` predicts.
 - With the built-in fortunes and no validation.dataset, the last quotes are
   held out and cut from the training data (the unit test HeldOut.* holds the
-  split itself).
+  split itself); a validation.dataset that is one of the built-in dataset's
+  files warns that it is trained on.
 
 Usage: test_validation.py <path-to-remat>
 """
@@ -120,6 +121,14 @@ def built_in_fortunes(tmp):
               f"about 1% of the {tokens:,} fortune tokens held out ({held.group(1)})")
     check([r["step"] for r in records(jsonl) if "validation_loss" in r] == [1, 2],
           "validation records at steps 1 and 2")
+    check("warning" not in train.stdout, "the built-in held-out part warns about nothing")
+    # One of the files the built-in dataset trains on, as validation data.
+    inside = run(["train", *SMALL, "--training.steps", "1", "--validation.enabled", "true",
+                  "--validation.dataset", "/usr/share/games/fortunes/fortunes"], tmp)
+    check(inside.returncode == 0 and "warning: validation.dataset '/usr/share/games/fortunes/"
+          "fortunes' is one of the files in /usr/share/games/fortunes that the built-in "
+          "dataset \"fortunes\" trains on" in inside.stdout,
+          "a validation file the built-in dataset trains on warns")
 
 
 def moe_leaves_no_trace(tmp):
