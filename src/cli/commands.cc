@@ -17,6 +17,7 @@
 #include "cli/generate_command.h"
 #include "cli/tokenizer_command.h"
 #include "core/error.h"
+#include "core/format.h"
 #include "core/host_memory.h"
 #include "dist/comm.h"
 #include "io/config.h"
@@ -187,10 +188,11 @@ int dispatch(int argc, char** argv, Communicator& comm) {
 int input_failure(Communicator& comm, const std::string& message) {
   std::fflush(stdout);
   if (comm.size() > 1 && comm.inputs_confirmed()) {
-    std::fprintf(stderr, "error: rank %d: %s\n", comm.rank(), message.c_str());
+    std::fprintf(stderr, "error: rank %d: %s\n", comm.rank(), printable(message).c_str());
     comm.abort(2);
   }
-  if (comm.size() == 1 || reject_inputs(comm)) std::fprintf(stderr, "error: %s\n", message.c_str());
+  if (comm.size() == 1 || reject_inputs(comm))
+    std::fprintf(stderr, "error: %s\n", printable(message).c_str());
   return 2;
 }
 
@@ -199,7 +201,7 @@ int input_failure(Communicator& comm, const std::string& message) {
 int failure(Communicator& comm, const char* kind, const std::string& message) {
   std::fflush(stdout);
   const std::string rank = comm.size() > 1 ? "rank " + std::to_string(comm.rank()) + ": " : "";
-  std::fprintf(stderr, "%s%s%s\n", kind, rank.c_str(), message.c_str());
+  std::fprintf(stderr, "%s%s%s\n", kind, rank.c_str(), printable(message).c_str());
   if (comm.size() > 1) comm.abort(1);
   return 1;
 }

@@ -341,6 +341,7 @@ LoadedCheckpoint load_checkpoint(const std::string& path, ModelState& state, boo
   if (std::filesystem::is_directory(path))
     return load_sharded_checkpoint(path, state, with_optimizer);
   SafetensorsReader reader = SafetensorsReader::open(path);
+  refuse_lone_shard(reader);
   const auto& params = state.program->params;
   refuse_missing_layers(path, params, reader.names());
   const bool moments = with_optimizer && reader.has(kExpAvg + params[0].fqn);

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "core/format.h"
 #include "generate/generate.h"
 
 namespace remat {
@@ -10,27 +11,6 @@ namespace remat {
 namespace {
 
 constexpr int64_t kSampleTokens = 32;
-
-// The length of the valid UTF-8 sequence at text[i], 0 if there is none.
-size_t utf8_length(const std::string& text, size_t i) {
-  const auto lead = static_cast<unsigned char>(text[i]);
-  const size_t n = lead < 0x80                   ? 1
-                   : lead >= 0xc2 && lead < 0xe0 ? 2
-                   : lead >= 0xe0 && lead < 0xf0 ? 3
-                   : lead >= 0xf0 && lead < 0xf5 ? 4
-                                                 : 0;
-  if (n == 0 || i + n > text.size()) return 0;
-  for (size_t j = 1; j < n; ++j) {
-    if ((static_cast<unsigned char>(text[i + j]) & 0xc0) != 0x80) return 0;
-  }
-  // No overlong forms, no surrogates, nothing above U+10FFFF.
-  const auto second = n > 1 ? static_cast<unsigned char>(text[i + 1]) : 0x80;
-  if ((lead == 0xe0 && second < 0xa0) || (lead == 0xed && second >= 0xa0) ||
-      (lead == 0xf0 && second < 0x90) || (lead == 0xf4 && second >= 0x90)) {
-    return 0;
-  }
-  return n;
-}
 
 // One printable line: a model's bytes need not be UTF-8, and its text has
 // newlines, so control bytes and bytes outside a valid UTF-8 sequence are
@@ -40,7 +20,7 @@ std::string quoted(const std::string& text) {
   for (size_t i = 0; i < text.size();) {
     const char ch = text[i];
     const auto byte = static_cast<unsigned char>(ch);
-    const size_t n = utf8_length(text, i);
+    const size_t n = utf8_sequence_length(text, i);
     if (ch == '\n') {
       out += "\\n";
     } else if (ch == '\t') {

@@ -203,6 +203,22 @@ std::string shape_text(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
+}  // namespace
+
+void refuse_lone_shard(const SafetensorsReader& reader) {
+  const auto& m = reader.metadata();
+  const auto format = m.find("format");
+  if (format == m.end() || format->second != kShardFormat) return;
+  const auto rank = m.find("rank"), ranks = m.find("ranks");
+  throw InputError(
+      "checkpoint error: '" + reader.path() + "' is one shard of a sharded checkpoint" +
+      (rank != m.end() && ranks != m.end() ? " (rank " + rank->second + " of " + ranks->second + ")"
+                                           : std::string()) +
+      ": expected its step folder, the one holding " + kShardIndexName);
+}
+
+namespace {
+
 // A shard file must be the one the index names: its rank of this save.
 void check_shard_metadata(const SafetensorsReader& reader, const ShardIndex& index, int rank) {
   const auto& m = reader.metadata();

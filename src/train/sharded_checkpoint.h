@@ -95,6 +95,11 @@ bool write_shard_and_index_if_complete(const std::string& folder, const OwnedSha
 
 std::string shard_file_name(int rank, int ranks);
 
+// InputError when the file `reader` opened is one rank's shard of a sharded
+// checkpoint, given where a single-file checkpoint was expected: it names
+// the step folder to load instead (its tensors alone are no model).
+void refuse_lone_shard(const SafetensorsReader& reader);
+
 enum class ShardPart { kParams, kExpAvg, kExpAvgSq };
 
 // Reads a sharded checkpoint saved with any number of ranks.

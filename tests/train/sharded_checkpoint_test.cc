@@ -208,6 +208,11 @@ TEST_F(ShardedCheckpointTest, BadCheckpointsAreInputErrorsNamingTheProblem) {
   const Program llama3 = build_model(other, 1, 8).program;
   ModelState wrong(llama3, allocator, false);
   expect_input_error([&] { load_checkpoint(folder(), wrong, false); }, "has no tensor");
+  // One shard file where a single-file checkpoint goes: the step folder is
+  // named (it said "has no tensor 'tok_embeddings.weight'").
+  expect_input_error(
+      [&] { load_checkpoint((fs::path(folder()) / shard_file_name(1, 2)).string(), loaded, true); },
+      "is one shard of a sharded checkpoint (rank 1 of 2): expected its step folder");
 }
 
 }  // namespace
