@@ -133,7 +133,7 @@ int64_t first_rejecting_rank(Communicator& comm, const std::vector<Agreement>& a
 }
 
 // Every rank got here with the same settings count and different digests:
-// a second collective (every rank is in confirm_inputs) finds the first
+// a second collective (every rank is in agree_on_settings) finds the first
 // setting that differs, which every rank names with its own value.
 [[noreturn]] void name_the_difference(Communicator& comm, const RankSettings& settings) {
   const size_t n = settings.size();
@@ -163,8 +163,7 @@ int64_t first_rejecting_rank(Communicator& comm, const std::vector<Agreement>& a
 void agree_on_settings(Communicator& comm, const RankSettings& settings) {
   Agreement mine;
   mine.settings = static_cast<int64_t>(settings.size());
-  for (const auto& s : settings)
-    mine.digest = digest_of(s.first + '\0' + s.second + '\0', mine.digest);
+  for (const auto& setting : settings) mine.digest = mine.digest * 31 + digest_of(setting);
   const std::vector<Agreement> all = agree(comm, mine);
   const int64_t first = first_rejecting_rank(comm, all);
   if (first < comm.size()) throw InputsRejected(static_cast<int>(first));

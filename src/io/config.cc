@@ -1043,7 +1043,7 @@ std::string format_job_config(const JobConfig& config) {
   std::string out, section;
   for (const auto& [name, value] : job_config_settings(config)) {
     const size_t dot = name.find('.');  // section names have none
-    if (name.compare(0, dot, section) != 0 || section.size() != dot) {
+    if (name.substr(0, dot) != section) {
       section = name.substr(0, dot);
       out += (out.empty() ? "[" : "\n[") + section + "]\n";
     }
