@@ -160,10 +160,16 @@ int64_t first_rejecting_rank(Communicator& comm, const std::vector<Agreement>& a
 
 }  // namespace
 
+uint64_t settings_digest(const RankSettings& settings) {
+  uint64_t digest = 0;
+  for (const auto& setting : settings) digest = digest * 31 + digest_of(setting);
+  return digest;
+}
+
 void agree_on_settings(Communicator& comm, const RankSettings& settings) {
   Agreement mine;
   mine.settings = static_cast<int64_t>(settings.size());
-  for (const auto& setting : settings) mine.digest = mine.digest * 31 + digest_of(setting);
+  mine.digest = settings_digest(settings);
   const std::vector<Agreement> all = agree(comm, mine);
   const int64_t first = first_rejecting_rank(comm, all);
   if (first < comm.size()) throw InputsRejected(static_cast<int>(first));

@@ -162,6 +162,10 @@ class RanksDisagree : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 using RankSettings = std::vector<std::pair<std::string, std::string>>;
+// The digest agree_on_settings() compares (FNV-1a of each name and value,
+// folded in order): equal on every rank once the settings are agreed, so a
+// rank can name the job by it without another collective.
+uint64_t settings_digest(const RankSettings& settings);
 void agree_on_settings(Communicator& comm, const RankSettings& settings);
 void confirm_inputs(Communicator& comm);
 bool reject_inputs(Communicator& comm);

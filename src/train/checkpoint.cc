@@ -173,6 +173,8 @@ namespace {
 // ("1e3" is not 1, "-5" is nothing); `absent` when the key is missing.
 // `minimum` is 0 or 1: a count that no run writes as 0 (ranks, batch
 // sizes, microbatches, windows) is damage, not a value to resume from.
+constexpr const char* kSettingsDigestKey = "job.settings_digest";
+
 int64_t metadata_integer(const std::map<std::string, std::string>& metadata,
                          const std::string& path, const std::string& key, int64_t absent,
                          int64_t minimum = 0) {
@@ -230,6 +232,7 @@ std::map<std::string, std::string> RunRecord::metadata() const {
   put("data.next_window", next_window);
   put("data.ranks", ranks);
   put("data.microbatches", microbatches);
+  if (!settings_digest.empty()) m[kSettingsDigestKey] = settings_digest;
   return m;
 }
 
@@ -246,6 +249,16 @@ RunRecord RunRecord::read(const std::map<std::string, std::string>& metadata,
   r.next_window = get("data.next_window", 0);
   r.ranks = get("data.ranks", 1);
   r.microbatches = get("data.microbatches", 1);
+  if (const auto it = metadata.find(kSettingsDigestKey); it != metadata.end()) {
+    const std::string& text = it->second;
+    const bool hex = text.size() == 16 && std::all_of(text.begin(), text.end(), [](char c) {
+                       return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+                     });
+    if (!hex)
+      throw InputError("checkpoint error: '" + path + "' has " + kSettingsDigestKey +
+                       " metadata \"" + text + "\", expected 16 lowercase hex digits");
+    r.settings_digest = text;
+  }
   return r;
 }
 

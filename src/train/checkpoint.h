@@ -76,10 +76,17 @@ struct RunRecord {
   // "data.microbatches": batches of ranks x local_batch_size per optimizer
   // step (gradient accumulation; absent from checkpoints before it: 1).
   int64_t microbatches = -1;
+  // "job.settings_digest": of the settings the saved state depends on (the
+  // model, data, training, optimizer and schedule, parallelism, and the
+  // checkpoint loaded; settings_digest() in dist/comm.h, 16 hex digits;
+  // empty: not recorded). Names the save: every shard file of a sharded
+  // checkpoint records the run its index records, so a shard spliced in from
+  // another run's save of the same step (another seed, say) is refused.
+  std::string settings_digest;
 
   std::map<std::string, std::string> metadata() const;
   // InputError naming `path` and the key unless each present value is a
-  // non-negative decimal integer.
+  // non-negative decimal integer (the digest: 16 lowercase hex digits).
   static RunRecord read(const std::map<std::string, std::string>& metadata,
                         const std::string& path);
 };

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <exception>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <stdexcept>
+#include <string_view>
 
 #include "core/error.h"
 #include "core/progress.h"
@@ -19,6 +21,8 @@ namespace {
 
 constexpr const char* kShardFormat = "remat-shard";
 constexpr int64_t kMaxIndexBytes = int64_t{64} << 20;
+// A shard file records its save's run (the index's "run") under this prefix.
+constexpr std::string_view kRunPrefix = "run.";
 
 std::string part_prefix(ShardPart part) {
   return part == ShardPart::kParams   ? "params."
@@ -52,6 +56,36 @@ void check_shards(const OwnedShards& s) {
   }
 }
 
+// The run record a shard file holds (empty in files written before shards
+// recorded it).
+std::map<std::string, std::string> recorded_run(const SafetensorsReader& reader) {
+  std::map<std::string, std::string> run;
+  for (const auto& [key, value] : reader.metadata())
+    if (key.starts_with(kRunPrefix)) run[key.substr(kRunPrefix.size())] = value;
+  return run;
+}
+
+// Whether the shard file is of the save described by `step` and `run`: a
+// file of another save of the step folder (another run's, or one cut short)
+// is not. Shards from before the run was recorded pass on their step.
+std::optional<std::string> other_save(const SafetensorsReader& reader, int64_t step,
+                                      const std::map<std::string, std::string>& run) {
+  const auto& m = reader.metadata();
+  const auto it = m.find("step");
+  const std::string recorded = it == m.end() ? "(none)" : it->second;
+  if (recorded != std::to_string(step))
+    return "records step " + recorded + " where its save records step " + std::to_string(step);
+  const std::map<std::string, std::string> shard_run = recorded_run(reader);
+  if (shard_run.empty() || shard_run == run) return std::nullopt;
+  for (const auto& [key, value] : run) {
+    const auto other = shard_run.find(key);
+    if (other == shard_run.end() || other->second != value)
+      return "records " + key + " = " + (other == shard_run.end() ? "(none)" : other->second) +
+             " where its save records " + value;
+  }
+  return "records a run key the save does not (" + shard_run.begin()->first + ")";
+}
+
 }  // namespace
 
 std::string shard_file_name(int rank, int ranks) {
@@ -59,6 +93,7 @@ std::string shard_file_name(int rank, int ranks) {
 }
 
 int64_t write_shard_file(const std::string& folder, const OwnedShards& shards, int64_t step,
+                         const std::map<std::string, std::string>& run,
                          const std::string& tmp_tag) {
   check_shards(shards);
   std::vector<SafetensorsEntry> entries;
@@ -77,11 +112,11 @@ int64_t write_shard_file(const std::string& folder, const OwnedShards& shards, i
     add(ShardPart::kExpAvg, u, shards.exp_avg[u]);
     add(ShardPart::kExpAvgSq, u, shards.exp_avg_sq[u]);
   }
-  const std::map<std::string, std::string> metadata = {
-      {"format", kShardFormat},
-      {"step", std::to_string(step)},
-      {"rank", std::to_string(shards.rank)},
-      {"ranks", std::to_string(shards.layout->ranks)}};
+  std::map<std::string, std::string> metadata = {{"format", kShardFormat},
+                                                 {"step", std::to_string(step)},
+                                                 {"rank", std::to_string(shards.rank)},
+                                                 {"ranks", std::to_string(shards.layout->ranks)}};
+  for (const auto& [key, value] : run) metadata[std::string(kRunPrefix) + key] = value;
   const std::string path = join_path(folder, shard_file_name(shards.rank, shards.layout->ranks));
   save_safetensors(path, entries, metadata, "checkpoint.folder", tmp_tag);
   return static_cast<int64_t>(std::filesystem::file_size(path));
@@ -116,7 +151,7 @@ void write_shard_index(const std::string& folder, const Program& program, const 
 bool write_shard_and_index_if_complete(const std::string& folder, const OwnedShards& shards,
                                        int64_t step, const std::map<std::string, std::string>& run,
                                        const std::string& tmp_tag) {
-  write_shard_file(folder, shards, step, tmp_tag);
+  write_shard_file(folder, shards, step, run, tmp_tag);
   const int ranks = shards.layout->ranks;
   std::vector<int64_t> sizes;
   for (int r = 0; r < ranks; ++r) {
@@ -124,9 +159,7 @@ bool write_shard_and_index_if_complete(const std::string& folder, const OwnedSha
     std::error_code ec;
     if (!std::filesystem::is_regular_file(path, ec)) return false;  // not yet: its writer looks
     // A file left by another save of this step folder is not this one's.
-    const SafetensorsReader reader = SafetensorsReader::open(path);
-    const auto it = reader.metadata().find("step");
-    if (it == reader.metadata().end() || it->second != std::to_string(step)) return false;
+    if (other_save(SafetensorsReader::open(path), step, run)) return false;
     sizes.push_back(static_cast<int64_t>(std::filesystem::file_size(path)));
   }
   write_shard_index(folder, *shards.program, *shards.layout, step, !shards.exp_avg.empty(), run,
@@ -151,7 +184,7 @@ void save_sharded_checkpoint(const std::string& folder, const OwnedShards& shard
   int64_t bytes = -2;
   std::exception_ptr error;
   try {
-    bytes = write_shard_file(folder, shards, step);
+    bytes = write_shard_file(folder, shards, step, run);
   } catch (const InputError&) {
     error = std::current_exception();
     bytes = -1;
@@ -233,6 +266,9 @@ void check_shard_metadata(const SafetensorsReader& reader, const ShardIndex& ind
                                       ", the index expects rank " + std::to_string(rank) + " of " +
                                       std::to_string(index.ranks) + " at step " +
                                       std::to_string(index.step) + " (a file of another save?)");
+  if (const std::optional<std::string> other = other_save(reader, index.step, index.run))
+    bad_checkpoint(reader.path(), *other + " (in " + kShardIndexName +
+                                      "): a file of another save, of a run with other settings?");
 }
 
 }  // namespace

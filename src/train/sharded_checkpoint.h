@@ -9,7 +9,9 @@
 //    (the moments only when the optimizer state is saved), each the owned
 //    range [owned(u, R).first, owned(u, R).second) of the unit's flat buffer,
 //    padding excluded; CRC-32C per tensor as every safetensors file remat
-//    writes (io/safetensors.h);
+//    writes (io/safetensors.h); its metadata names the format, step, rank
+//    and ranks, and holds the save's run record (the index's "run", each key
+//    prefixed "run."), so a shard of another save is refused on load;
 //  - `index.json`, written last once every shard file is in place (by rank
 //    0, or by a snapshot's child, write_shard_and_index_if_complete()):
 //    the step, the ranks, the run record (train/checkpoint.h RunRecord), the
@@ -73,6 +75,7 @@ void save_sharded_checkpoint(const std::string& folder, const OwnedShards& shard
 // returns the file's size in bytes; write_shard_index() takes every rank's.
 // `tmp_tag` (AtomicFile's tag): a temporary name of the writer's own.
 int64_t write_shard_file(const std::string& folder, const OwnedShards& shards, int64_t step,
+                         const std::map<std::string, std::string>& run,
                          const std::string& tmp_tag = "");
 void write_shard_index(const std::string& folder, const Program& program, const ShardLayout& layout,
                        int64_t step, bool with_optimizer,

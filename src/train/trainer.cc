@@ -233,16 +233,42 @@ void check_run_targets(const JobConfig& config, int64_t start_step, int rank) {
     check_memory_snapshot_files(config, start_step + 1);
 }
 
-// Every rank runs one job: its settings, all but the thread count (which
-// changes no bit), must be the same on every rank. Given another config, a
-// rank's collectives stopped matching its peers': crashes, a silent exit,
-// or a model mixed of two inits saved as if nothing were wrong.
-void agree_on_config(Communicator& comm, const JobConfig& config) {
+// What makes a job: its settings, all but the thread count (which changes
+// no bit). The ranks agree on them, and its checkpoints record their digest.
+RankSettings job_settings(const JobConfig& config) {
   RankSettings settings;
   for (auto& setting : job_config_settings(config))
     if (setting.first != "training.threads") settings.push_back(std::move(setting));
+  return settings;
+}
+
+// The settings the trained state is a function of: the job's, but those
+// that only say where and how it writes, logs, checks and waits, and the AC
+// settings (every AC mode computes the same bits). Their digest names a
+// run's saves (RunRecord::settings_digest): a run saving sharded or to one
+// file, or into another folder, saves the same state under the same digest;
+// a run of another seed, model or schedule under another.
+RankSettings state_settings(const JobConfig& config) {
+  RankSettings settings;
+  for (auto& setting : job_settings(config)) {
+    const std::string section = setting.first.substr(0, setting.first.find('.'));
+    const bool shapes_state =
+        section == "checkpoint"
+            ? setting.first == "checkpoint.load"
+            : !(section == "job" || section == "metrics" || section == "validation" ||
+                section == "comm" || section == "memory" || section == "profiling" ||
+                section == "activation_checkpoint");
+    if (shapes_state) settings.push_back(std::move(setting));
+  }
+  return settings;
+}
+
+// Every rank runs one job: given another config, a rank's collectives
+// stopped matching its peers': crashes, a silent exit, or a model mixed of
+// two inits saved as if nothing were wrong.
+void agree_on_config(Communicator& comm, const JobConfig& config) {
   try {
-    agree_on_settings(comm, settings);
+    agree_on_settings(comm, job_settings(config));
   } catch (const RanksDisagree& e) {
     throw InputError(e.what());
   }
@@ -973,6 +999,10 @@ RunRecord Trainer::run_record() const {
   r.next_window = loader_.position();
   r.ranks = data_parallel_.ranks();
   r.microbatches = microbatches_;
+  char digest[17];
+  std::snprintf(digest, sizeof digest, "%016llx",
+                static_cast<unsigned long long>(settings_digest(state_settings(config_))));
+  r.settings_digest = digest;
   return r;
 }
 

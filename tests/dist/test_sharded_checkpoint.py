@@ -304,6 +304,21 @@ def damaged(remat, tmp, source):
         f.truncate()
         json.dump(index, f)
     expect_exit_2("a malformed index", malformed, "expected ceil(numel")
+    # A shard of the same step from a run that differs only in its seed: same
+    # rank, step and size, other weights. It loaded silently before shards
+    # recorded their save's run.
+    other = "llama3_seed1"
+    run(command(remat, tmp, other, "llama3_debug.toml", 2, 2, [
+        "--training.steps", "5", "--checkpoint.enable", "true", "--checkpoint.interval", "2",
+        "--training.seed", "1"]), "llama3, seed 1: 2-rank run")
+    spliced = copy("spliced")
+    shard = "shard-1-of-2.safetensors"
+    subprocess.run(["cp", os.path.join(folder(tmp, other, 4), shard), spliced], check=True)
+    check("spliced shard: the same size as the one it replaces",
+          os.path.getsize(os.path.join(spliced, shard)) == os.path.getsize(os.path.join(source, shard)))
+    expect_exit_2("a shard of another run's save", spliced, "a file of another save")
+    expect_exit_2("a shard of another run's save, 2 ranks", spliced, "a file of another save",
+                  ranks=2)
 
 
 def shard_step(path):

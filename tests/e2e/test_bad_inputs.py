@@ -657,6 +657,12 @@ def cases():
              ["s.safetensors", 'data.ranks metadata "0"', "expected a positive decimal integer"],
              files={"s.safetensors": lambda seed: with_header(
                  seed, lambda h: h["__metadata__"].update({"data.ranks": "0"}))}),
+        Case("checkpoint settings digest not 16 hex digits",
+             ["--checkpoint.load", "s.safetensors", "--model.dim", "128"],
+             ["s.safetensors", 'job.settings_digest metadata "12ab"',
+              "expected 16 lowercase hex digits"],
+             files={"s.safetensors": lambda seed: with_header(
+                 seed, lambda h: h["__metadata__"].update({"job.settings_digest": "12ab"}))}),
         # -- finding 10: inputs that are not regular files
         Case("--config /dev/zero", ["--config", "/dev/zero"],
              ["/dev/zero", "character device", "expected a TOML file"], with_config_flag=False),

@@ -55,17 +55,22 @@ void fill(ModelState& state, uint64_t seed) {
   }
 }
 
-const std::map<std::string, std::string> kRun = {{"training.steps", "9"}, {"data.ranks", "3"}};
+const std::map<std::string, std::string> kRun = {
+    {"training.steps", "9"}, {"data.ranks", "3"}, {"job.settings_digest", "00000000000000a1"}};
+// Another run's, of the same length: its save's files have the same sizes.
+const std::map<std::string, std::string> kOtherRun = {
+    {"training.steps", "9"}, {"data.ranks", "3"}, {"job.settings_digest", "00000000000000b2"}};
 
 // What save_sharded_checkpoint() writes with `ranks` ranks, one rank at a time.
-void save_as_ranks(const ModelState& state, int ranks, const std::string& folder, int64_t step) {
+void save_as_ranks(const ModelState& state, int ranks, const std::string& folder, int64_t step,
+                   const std::map<std::string, std::string>& run = kRun) {
   const ShardLayout layout = make_shard_layout(*state.program, ranks);
   std::vector<int64_t> bytes;
   for (int r = 0; r < ranks; ++r) {
     const ReplicaShards mine = owned_shards_of(state, layout, r, /*with_optimizer=*/true);
-    bytes.push_back(write_shard_file(folder, mine.shards, step));
+    bytes.push_back(write_shard_file(folder, mine.shards, step, run));
   }
-  write_shard_index(folder, *state.program, layout, step, true, kRun, bytes);
+  write_shard_index(folder, *state.program, layout, step, true, run, bytes);
 }
 
 class ShardedCheckpointTest : public testing::Test {
@@ -153,6 +158,12 @@ TEST_F(ShardedCheckpointTest, SnapshotsWriteTheIndexOnceEveryShardOfTheStepIsInP
   EXPECT_FALSE(write_rank(2));
   EXPECT_FALSE(write_rank(0));  // rank 1's file is step 5's
   EXPECT_FALSE(fs::exists(step6 / kShardIndexName));
+  // Rank 1's file of step 6, from another run's save: no index either.
+  save_as_ranks(state_, 3, (dir_ / "other" / "step-6").string(), 6, kOtherRun);
+  fs::copy_file(dir_ / "other" / "step-6" / shard_file_name(1, 3), step6 / shard_file_name(1, 3),
+                fs::copy_options::overwrite_existing);
+  EXPECT_FALSE(write_rank(0));
+  EXPECT_FALSE(fs::exists(step6 / kShardIndexName));
   EXPECT_TRUE(write_rank(1));
   save_as_ranks(state_, 3, (dir_ / "step-6").string(), 6);
   EXPECT_EQ(bytes_of_file((step6 / kShardIndexName).string()),
@@ -185,6 +196,18 @@ TEST_F(ShardedCheckpointTest, BadCheckpointsAreInputErrorsNamingTheProblem) {
   fs::copy_file(dir_ / "step-6" / shard_file_name(1, 3), shard,
                 fs::copy_options::overwrite_existing);
   expect_input_error(load, "a file of another save");
+  // The same step's shard from another run's save (another seed, say): the
+  // same rank, step and size; its run record tells it apart.
+  fill(state_, 8);
+  save_as_ranks(state_, 3, (dir_ / "other" / "step-5").string(), 5, kOtherRun);
+  fill(state_, 7);
+  const fs::path other_shard = dir_ / "other" / "step-5" / shard_file_name(1, 3);
+  save_as_ranks(state_, 3, folder(), 5);
+  ASSERT_EQ(fs::file_size(other_shard), fs::file_size(shard));
+  fs::copy_file(other_shard, shard, fs::copy_options::overwrite_existing);
+  expect_input_error(load,
+                     "records job.settings_digest = 00000000000000b2 where its save records "
+                     "00000000000000a1 (in index.json): a file of another save");
   // A flipped byte in a tensor: its CRC-32C.
   save_as_ranks(state_, 3, folder(), 5);
   {
