@@ -28,6 +28,7 @@
 #include "planner/plan_command.h"
 #include "planner/timeline_output.h"
 #include "train/checkpoint.h"
+#include "train/checkpoint_folder.h"
 #include "train/evaluate.h"
 #include "train/profile_trace.h"
 #include "train/trainer.h"

@@ -252,7 +252,7 @@ AtomicFile::AtomicFile(const std::string& path, const std::string& key, bool mak
   if (fd_ < 0 && errno == EEXIST) {
     // A file already there is left alone: a user's report.tmp, or what an
     // interrupted write left (the checkpoint folder's own are removed at
-    // start-up, train/trainer.h). This write takes a name of its own.
+    // start-up, train/checkpoint_folder.h). This write takes a name of its own.
     tmp_ = tmp_.substr(0, tmp_.size() - 4) + "." + std::to_string(::getpid()) + ".tmp";
     fd_ = ::open(tmp_.c_str(), kFlags, 0644);
   }

@@ -1,13 +1,8 @@
 #include "train/trainer.h"
 
-#include <fcntl.h>
-#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cctype>
-#include <cerrno>
-#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -18,7 +13,6 @@
 #include <mutex>
 #include <optional>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "ac/report.h"
@@ -29,7 +23,6 @@
 #include "io/dataset.h"
 #include "io/files.h"
 #include "io/safetensors.h"
-#include "io/shard_index.h"
 #include "io/tokenizer.h"
 #include "kernels/cpu/bf16.h"
 #include "kernels/cpu/gemm_fp32.h"
@@ -39,6 +32,7 @@
 #include "planner/setup.h"
 #include "runtime/shard_layout.h"
 #include "train/checkpoint.h"
+#include "train/checkpoint_folder.h"
 #include "train/data_parallel.h"
 #include "train/load_balance.h"
 #include "train/lr_schedule.h"
@@ -47,6 +41,7 @@
 #include "train/numerics.h"
 #include "train/optimizer.h"
 #include "train/profile_trace.h"
+#include "train/resume.h"
 #include "train/sample.h"
 #include "train/session.h"
 #include "train/sharded_training.h"
@@ -57,17 +52,6 @@
 namespace remat {
 
 namespace {
-
-std::string checkpoint_folder(const JobConfig& config) {
-  return (std::filesystem::path(config.job.dump_folder) / config.checkpoint.folder).string();
-}
-
-// checkpoint.format (io/config.h): "auto" follows the training state, which
-// is sharded only under data_parallel_shard_degree > 1.
-bool sharded_checkpoints(const JobConfig& config) {
-  return config.checkpoint.format == "sharded" ||
-         (config.checkpoint.format == "auto" && config.parallelism.data_parallel_shard_degree > 1);
-}
 
 // Whether a stop signal forks checkpoint snapshots (train/stop_snapshot.h):
 // under mpirun, with sharded checkpoints whose layout is the run's own (each
@@ -81,127 +65,6 @@ bool snapshots_on_signal(const JobConfig& config, const Communicator& comm,
                          const Session& session) {
   return comm.size() > 1 && config.checkpoint.enable && sharded_checkpoints(config) &&
          own_shard_layout(comm, session);
-}
-
-// That name in the run's checkpoint folder.
-std::string checkpoint_path(const JobConfig& config, int64_t step, bool sharded) {
-  return (std::filesystem::path(checkpoint_folder(config)) / checkpoint_name(step, sharded))
-      .string();
-}
-
-// Whether `path` is a name a checkpoint save in `folder` takes or passes
-// through (checkpoint_step_of).
-bool checkpoint_name_in(const std::string& path, const std::string& folder) {
-  namespace fs = std::filesystem;
-  std::error_code ec1, ec2;
-  const fs::path p = fs::weakly_canonical(fs::absolute(fs::path(path), ec1), ec1);
-  const fs::path f = fs::weakly_canonical(fs::absolute(fs::path(folder), ec2), ec2);
-  if (ec1 || ec2 || p.parent_path() != f) return false;
-  return checkpoint_step_of(p.filename().string()).has_value();
-}
-
-// One run at a time per checkpoint folder: a second would resume from the
-// same checkpoint, then each would replace the other's saves, and its
-// start-up would remove the first one's temporaries in flight. An flock on
-// the folder itself (no file is added to it), held until the process ends,
-// and past that by a checkpoint snapshot it forked (which holds the same
-// open file). A file system without flock goes unlocked.
-class CheckpointFolderLock {
- public:
-  explicit CheckpointFolderLock(const std::string& folder) {
-    fd_ = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd_ < 0 || ::flock(fd_, LOCK_EX | LOCK_NB) == 0) return;
-    const int error = errno;
-    ::close(fd_);
-    fd_ = -1;
-    if (error == EWOULDBLOCK)
-      throw InputError("checkpoint.folder: '" + folder +
-                       "' is in use by another remat run (or a checkpoint snapshot one left "
-                       "writing); expected one run per checkpoint folder: wait for it to end, "
-                       "or give this run another job.dump_folder");
-  }
-  ~CheckpointFolderLock() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  CheckpointFolderLock(const CheckpointFolderLock&) = delete;
-  CheckpointFolderLock& operator=(const CheckpointFolderLock&) = delete;
-
- private:
-  int fd_ = -1;
-};
-
-// The checkpoint folder as it can be listed now: its configured path, or,
-// where that does not resolve yet (".." in checkpoint.folder under a
-// job.dump_folder still to be created), the existing folder it will name.
-// nullopt when there is none yet. A folder that exists but cannot be listed
-// is an InputError: read as empty, a run would train afresh and replace the
-// checkpoints in it.
-std::optional<std::string> listable_checkpoint_folder(const JobConfig& config) {
-  namespace fs = std::filesystem;
-  std::string folder = checkpoint_folder(config);
-  std::error_code ec;
-  if (!fs::exists(folder, ec)) {
-    const fs::path resolved = fs::weakly_canonical(folder, ec);
-    if (ec || !fs::exists(resolved, ec)) return std::nullopt;
-    folder = resolved.string();
-  }
-  if (!fs::is_directory(folder, ec)) return std::nullopt;  // refused by the output checks
-  fs::directory_iterator listing(folder, ec);
-  if (ec)
-    throw InputError("checkpoint.folder: cannot list '" + folder + "' (" + ec.message() +
-                     "); expected a folder this run can read (with checkpointing on a run "
-                     "resumes from the latest checkpoint in it, and checks the names its saves "
-                     "take)");
-  return folder;
-}
-
-// The names every save of this run takes, step-N for N in (start_step,
-// steps]: an entry already at one of them that a save could not replace (a
-// folder where a file goes, a symbolic link, a checkpoint this run reads, a
-// leftover temporary that is a folder) is refused now, not when the save
-// comes, after the training it would have kept. Only the folder's entries
-// are looked at, so a run of a million steps costs no more. Returns, in
-// order, the steps whose checkpoints already there this run will replace
-// (a resume from an earlier step into a folder holding later ones).
-std::vector<int64_t> check_checkpoint_targets(const JobConfig& config, int64_t start_step) {
-  namespace fs = std::filesystem;
-  const bool sharded = sharded_checkpoints(config);
-  const std::optional<std::string> folder = listable_checkpoint_folder(config);
-  if (!folder) return {};  // no folder yet: nothing in the way
-  std::vector<int64_t> replaced;
-  std::error_code ec;
-  for (const fs::directory_entry& entry : fs::directory_iterator(*folder, ec)) {
-    const std::string name = entry.path().filename().string();
-    const std::optional<int64_t> step = checkpoint_step_of(name);
-    if (!step || *step <= start_step || *step > config.training.steps) continue;
-    const std::string target = checkpoint_path(config, *step, sharded);
-    if (sharded) {
-      check_output_folder(target, "checkpoint.folder");
-    } else {
-      check_output_file(target, "checkpoint.folder");
-    }
-    const bool saved = *step % config.checkpoint.interval == 0 || *step == config.training.steps;
-    if (saved && name == checkpoint_name(*step, sharded)) replaced.push_back(*step);
-  }
-  std::sort(replaced.begin(), replaced.end());
-  return replaced;
-}
-
-// A seed checkpoint starts runs (it is what a resume from the folder loads
-// when nothing newer is there): writing one over another would change
-// their weights, so an existing step-0, in either form, is left alone.
-void check_no_seed_checkpoint(const JobConfig& config) {
-  namespace fs = std::filesystem;
-  for (const bool sharded : {false, true}) {
-    const std::string path = checkpoint_path(config, 0, sharded);
-    std::error_code ec;
-    // (A folder that cannot be searched is check_output_folder's to refuse.)
-    if (fs::symlink_status(path, ec).type() == fs::file_type::not_found || ec) continue;
-    throw InputError("checkpoint.create_seed_checkpoint: '" + path +
-                     "' already exists (expected no step-0 in checkpoint.folder: a seed "
-                     "checkpoint does not replace one; move it away or choose another "
-                     "checkpoint.folder)");
-  }
 }
 
 // Whether this rank writes a memory snapshot: of the run's first step, by
@@ -304,130 +167,6 @@ void check_output_places(const JobConfig& config, bool writes_checkpoints) {
     check_output_folder(config.job.dump_folder, "job.dump_folder");
     check_output_folder(profile_traces_folder(config), "profiling.save_traces_folder");
   }
-}
-
-// Whether `s` is a decimal number as remat writes one: digits only.
-bool all_digits(std::string_view s) {
-  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return std::isdigit(c); });
-}
-
-// Whether `name`, in a sharded step folder, is a temporary a save writes
-// there: shard-R-of-S.safetensors or index.json, then ".tmp", or a
-// snapshot's ".snapshot-PID.tmp" (train/stop_snapshot.h).
-bool step_folder_temporary(std::string_view name) {
-  if (!name.ends_with(".tmp")) return false;
-  name.remove_suffix(4);
-  if (const size_t dot = name.rfind(".snapshot-");
-      dot != std::string_view::npos && all_digits(name.substr(dot + 10)))
-    name = name.substr(0, dot);
-  if (name == kShardIndexName) return true;
-  constexpr std::string_view kPrefix = "shard-", kSuffix = ".safetensors";
-  if (!name.starts_with(kPrefix) || !name.ends_with(kSuffix)) return false;
-  name = name.substr(kPrefix.size(), name.size() - kPrefix.size() - kSuffix.size());
-  const size_t of = name.find("-of-");
-  return of != std::string_view::npos && all_digits(name.substr(0, of)) &&
-         all_digits(name.substr(of + 4));
-}
-
-// A save killed before its rename leaves "step-N.safetensors.tmp" (as large
-// as a checkpoint), or in a sharded step folder "shard-R-of-N.safetensors.tmp"
-// and "index.json.tmp" (a snapshot's: "<name>.snapshot-PID.tmp"); the next
-// run removes them. Only those exact names are removed, and only in real
-// folders: a link named like a step folder is not followed, and another
-// file, however named, is the user's. A step folder without its index is an
-// incomplete sharded save: it is named, not removed (its shard files may be
-// another rank's only copy).
-void remove_stale_checkpoint_temporaries(const std::string& folder, bool top = true) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(folder, ec)) {
-    const std::string name = entry.path().filename().string();
-    const std::string target = entry.path().string();
-    const std::optional<int64_t> step = top ? checkpoint_step_of(name) : std::nullopt;
-    if (step && name == checkpoint_name(*step, /*sharded=*/true)) {
-      if (!entry.is_directory(ec) || entry.is_symlink(ec)) continue;
-      remove_stale_checkpoint_temporaries(target, false);
-      if (!fs::exists(entry.path() / kShardIndexName, ec))
-        std::printf("note: %s has no %s: an incomplete sharded checkpoint, not loadable\n",
-                    target.c_str(), kShardIndexName);
-      continue;
-    }
-    const bool stale = top ? step && name == checkpoint_name(*step, /*sharded=*/false) + ".tmp"
-                           : step_folder_temporary(name);
-    if (stale && remove_stale_temporary(target.substr(0, target.size() - 4)))
-      std::printf("removed %s, left by an interrupted save\n", target.c_str());
-  }
-}
-
-// A resume with other data-parallel ranks than the save's: the model and
-// optimizer state are resharded; the global batch (ranks x local) is this
-// run's, the same only when ranks x training.local_batch_size is.
-void warn_resharded(const RunRecord& saved, int64_t local, int ranks, int64_t start_step) {
-  const int64_t before = saved.ranks * saved.local_batch_size, now = ranks * local;
-  std::printf(
-      "%s: the checkpoint (step %lld) was saved by %lld ranks x local_batch_size %lld "
-      "= global batch %lld, this run has %d x %lld = %lld%s\n",
-      before == now ? "resharded" : "warning", static_cast<long long>(start_step),
-      static_cast<long long>(saved.ranks), static_cast<long long>(saved.local_batch_size),
-      static_cast<long long>(before), ranks, static_cast<long long>(local),
-      static_cast<long long>(now),
-      before == now ? ""
-                    : ": steps from here on see a different number of tokens (keep "
-                      "ranks x training.local_batch_size to continue the same run)");
-}
-
-// Where a resumed run's data continues, and what it warns about when the run
-// differs from the one that saved (README "Resuming a run"): the learning-rate
-// schedule is laid over this run's training.steps; the data continues at the
-// window the saving run would have read next when seq_len and the dataset are
-// the same, whatever the batch size; else (or for a checkpoint without that
-// record) at (step x batch) mod windows.
-int64_t resume_data_position(const JobConfig& config, const RunRecord& saved, int64_t start_step,
-                             int64_t windows, int ranks) {
-  const auto& t = config.training;
-  const int64_t microbatches = gradient_accumulation_steps(config, ranks);
-  auto warn = [](const std::string& text) { std::printf("warning: %s\n", text.c_str()); };
-  const std::string from =
-      "the checkpoint (step " + std::to_string(start_step) + ") was saved by a run with ";
-  if (saved.steps >= 0 && saved.steps != t.steps)
-    warn(from + "training.steps = " + std::to_string(saved.steps) + ", this run has " +
-         std::to_string(t.steps) + ": the learning-rate schedule (warmup, decay) is laid over " +
-         std::to_string(t.steps) + " steps, so the learning rate after step " +
-         std::to_string(start_step) + " is not the one the original run would have used");
-  if (saved.ranks >= 0 && saved.ranks != ranks && saved.local_batch_size >= 0)
-    warn_resharded(saved, t.local_batch_size, ranks, start_step);
-  else if (saved.local_batch_size >= 0 && saved.local_batch_size != t.local_batch_size)
-    warn(from + "training.local_batch_size = " + std::to_string(saved.local_batch_size) +
-         ", this run has " + std::to_string(t.local_batch_size) +
-         ": steps from here on see a different number of tokens" +
-         (saved.next_window >= 0 && saved.seq_len == t.seq_len
-              ? " (the data continues where that run stopped)"
-              : ""));
-  // A checkpoint from before accumulation existed ran one microbatch a step.
-  const int64_t saved_microbatches = saved.microbatches >= 0 ? saved.microbatches : 1;
-  if (saved_microbatches != microbatches)
-    warn(from + std::to_string(saved_microbatches) +
-         " microbatches per step (training.global_batch_size), this run has " +
-         std::to_string(microbatches) + ": steps from here on see a different number of tokens");
-  if (saved.seq_len >= 0 && saved.seq_len != t.seq_len)
-    warn(from + "training.seq_len = " + std::to_string(saved.seq_len) + ", this run has " +
-         std::to_string(t.seq_len) +
-         ": its data windows are not this run's, so the data "
-         "continues at window (step x batch) mod " +
-         std::to_string(windows) + ", not where that run stopped");
-  else if (saved.windows >= 0 && saved.windows != windows)
-    warn(from + "a dataset of " + std::to_string(saved.windows) +
-         " windows of seq_len + 1 "
-         "tokens, this run's has " +
-         std::to_string(windows) +
-         " (another dataset?): the data continues at that run's next window mod " +
-         std::to_string(windows));
-  if (saved.next_window >= 0 && saved.seq_len == t.seq_len) return saved.next_window % windows;
-  // (step x batch) mod windows, the batch being every window a step reads
-  // (ranks x local_batch_size x microbatches, each at most 2^24), without
-  // forming the product of two large numbers.
-  const int64_t batch = t.local_batch_size * ranks % windows * microbatches % windows;
-  return (start_step % windows) * batch % windows;
 }
 
 void print_model(const ModelSummary& s, const Program& program) {
@@ -1234,43 +973,6 @@ void print_validation(const JobConfig& config, const Setup& setup, const Validat
 }
 
 }  // namespace
-
-FoundCheckpoint latest_checkpoint(const JobConfig& config) {
-  namespace fs = std::filesystem;
-  const std::optional<std::string> folder = listable_checkpoint_folder(config);
-  if (!folder) return {};
-  const bool sharded = sharded_checkpoints(config);
-  int64_t best = -1;
-  std::string found;
-  std::error_code ec;
-  for (const fs::directory_entry& entry : fs::directory_iterator(*folder, ec)) {
-    const std::string name = entry.path().filename().string();
-    const std::optional<int64_t> step = checkpoint_step_of(name);
-    if (!step || *step < best) continue;
-    // Complete checkpoints only, by their exact names: a file's temporary
-    // or a step folder whose index was never written is not one.
-    for (const bool step_folder : {false, true}) {
-      if (name != checkpoint_name(*step, step_folder)) continue;
-      const bool complete = step_folder ? fs::is_regular_file(entry.path() / kShardIndexName, ec)
-                                        : fs::is_regular_file(entry.path(), ec);
-      // Where one step has both forms, the run's own format wins.
-      if (complete && (*step > best || step_folder == sharded)) {
-        best = *step;
-        found = entry.path().string();
-      }
-    }
-  }
-  return {found, best};
-}
-
-InputError resume_error(const JobConfig& config, const InputError& e) {
-  if (!config.checkpoint.load_found_in_folder) return e;
-  return InputError(std::string(e.what()) +
-                    "; it is the latest checkpoint in checkpoint.folder, which a run with "
-                    "checkpointing on resumes from (expected a checkpoint of this run: move it "
-                    "away, name another with checkpoint.load, or start afresh in a new "
-                    "job.dump_folder)");
-}
 
 int run_train(const JobConfig& config, Communicator& comm) {
   const auto& t = config.training;

@@ -20,21 +20,4 @@ namespace remat {
 // inputs are agreed (confirm_inputs) before the first step.
 int run_train(const JobConfig& config, Communicator& comm);
 
-// The latest complete checkpoint in the run's checkpoint.folder (under
-// job.dump_folder): step-N.safetensors, or a sharded step folder step-N/
-// holding its index, and the N of its name. A training run with
-// checkpointing on and no checkpoint.load resumes from it, as torchtitan's
-// does: the same command run again continues the run, rather than training
-// afresh over its checkpoints.
-struct FoundCheckpoint {
-  std::string path;  // "" when there is none
-  int64_t step = -1;
-};
-FoundCheckpoint latest_checkpoint(const JobConfig& config);
-
-// The InputError of a failed read of config.checkpoint.load; where train
-// found that file in its folder rather than being given it, the message
-// says why it was read and how to start afresh.
-InputError resume_error(const JobConfig& config, const InputError& e);
-
 }  // namespace remat
