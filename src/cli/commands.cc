@@ -68,10 +68,17 @@ PlanCommandOptions plan_options(const CommandLine& c) {
       return fs::weakly_canonical(fs::absolute(path, ec), ec);
     };
     const fs::path pareto = resolved(options.pareto_path);
-    const fs::path timeline = resolved(options.timeline_path);
-    if (!ec && pareto == timeline)
-      throw InputError("--pareto and --timeline both name '" + options.timeline_path +
-                       "': expected a file for each");
+    // A timeline .svg writes its .json beside it: that file is the timeline's too.
+    for (const std::string& timeline_file :
+         {options.timeline_path, json_path_of(options.timeline_path)}) {
+      if (!ec && pareto == resolved(timeline_file))
+        throw InputError(
+            "--pareto and --timeline both name '" + timeline_file + "'" +
+            (timeline_file == options.timeline_path
+                 ? std::string()
+                 : " (the .json the timeline writes beside '" + options.timeline_path + "')") +
+            ": expected a file for each");
+    }
   }
   return options;
 }

@@ -322,6 +322,11 @@ def cases():
              ["--pareto", "out.svg", "--timeline", "./sub/../out.svg"],
              ["--pareto and --timeline", "out.svg", "expected a file for each"], command="plan",
              files={"sub": None}),
+        Case("plan: --pareto names the .json --timeline writes beside its .svg (sweep 4: exit "
+             "0, the front lost)", ["--pareto", "t.json", "--timeline", "t.svg"],
+             ["--pareto and --timeline both name 't.json'",
+              "the .json the timeline writes beside 't.svg'", "expected a file for each"],
+             command="plan"),
         Case("plan: --timeline's .json is the config (hard link): nothing written, .svg kept",
              ["--timeline", "t.svg"],
              ["--timeline", "'t.json' is the config file this run reads"], command="plan",
