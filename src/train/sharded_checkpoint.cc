@@ -278,10 +278,26 @@ ShardedCheckpoint ShardedCheckpoint::open(const std::string& folder) {
   const std::string index_path = join_path(folder, kShardIndexName);
   std::error_code ec;
   if (!fs::exists(index_path, ec)) {
-    // Shard files without an index: a save cut short. Neither: any folder.
+    // Shard files without an index: a save cut short. Checkpoints named as a
+    // run saves them: the run's checkpoint folder, not one of its
+    // checkpoints. Neither: any folder.
     bool shards = false;
-    for (const fs::directory_entry& entry : fs::directory_iterator(folder, ec))
-      shards = shards || entry.path().extension() == ".safetensors";
+    int64_t latest = -1;
+    std::string latest_name;
+    for (const fs::directory_entry& entry : fs::directory_iterator(folder, ec)) {
+      const std::string name = entry.path().filename().string();
+      shards = shards || (name.starts_with("shard-") && name.ends_with(".safetensors"));
+      const std::optional<int64_t> step = checkpoint_step_of(name);
+      if (step && *step >= latest && !name.ends_with(".tmp")) {
+        latest = *step;
+        latest_name = name;
+      }
+    }
+    if (!shards && latest >= 0)
+      bad_checkpoint(folder,
+                     "is a folder of checkpoints, not one (expected one of them, such as "
+                     "the latest, '" +
+                         join_path(folder, latest_name) + "')");
     if (!shards)
       bad_checkpoint(folder, std::string("holds neither ") + kShardIndexName +
                                  " nor shard files: not a checkpoint (expected a .safetensors "

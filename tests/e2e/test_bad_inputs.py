@@ -662,6 +662,11 @@ def cases():
              ["s.safetensors", 'data.ranks metadata "0"', "expected a positive decimal integer"],
              files={"s.safetensors": lambda seed: with_header(
                  seed, lambda h: h["__metadata__"].update({"data.ranks": "0"}))}),
+        Case("checkpoint.load names the checkpoint folder, not a checkpoint in it (it was "
+             "called an incomplete sharded checkpoint; sweep 4)",
+             ["--checkpoint.load", "outputs/checkpoint"],
+             ["'outputs/checkpoint' is a folder of checkpoints, not one",
+              "such as the latest, 'outputs/checkpoint/step-1.safetensors'"]),
         Case("checkpoint settings digest not 16 hex digits",
              ["--checkpoint.load", "s.safetensors", "--model.dim", "128"],
              ["s.safetensors", 'job.settings_digest metadata "12ab"',
