@@ -148,4 +148,11 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
   return c;
 }
 
+std::set<std::string> override_keys(const std::vector<std::string>& overrides) {
+  std::set<std::string> keys;
+  for (const std::string& arg : overrides)
+    if (arg.starts_with("--")) keys.insert(arg.substr(2, arg.find('=') - 2));
+  return keys;
+}
+
 }  // namespace remat

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -34,5 +35,9 @@ struct CommandLine {
 // --tokens and --out, or generate without --prompt (its values are checked
 // by the command, cli/generate_command.h). "help" (also -h, --help) needs nothing else.
 CommandLine parse_command_line(const std::vector<std::string>& args);
+
+// The config keys ("section.key") that `overrides` set, as --section.key
+// value or --section.key=value.
+std::set<std::string> override_keys(const std::vector<std::string>& overrides);
 
 }  // namespace remat

@@ -43,6 +43,7 @@ PlanCommandOptions plan_options(const CommandLine& c) {
   options.json = c.json;
   options.matmuls = c.matmuls;
   options.torchtitan = c.torchtitan;
+  options.command_line_keys = override_keys(c.overrides);
   options.explain = c.explain;
   options.maximize_throughput = c.extra.count("maximize") > 0;
   if (auto it = c.extra.find("pareto"); it != c.extra.end()) {

@@ -453,11 +453,15 @@ void print_text(const PlanReport& r, const JobConfig& config, const PlanCommandO
 
 int run_plan(JobConfig config, const PlanCommandOptions& options) {
   if (options.torchtitan) {
-    config.training.mixed_precision_param = "bfloat16";
-    if (config.parallelism.data_parallel_shard_degree == 1) {
+    // A key the command line sets is the user's, not the preset's.
+    auto preset = [&](const char* key) { return !options.command_line_keys.contains(key); };
+    if (preset("training.mixed_precision_param"))
+      config.training.mixed_precision_param = "bfloat16";
+    if (preset("parallelism.data_parallel_shard_degree") &&
+        config.parallelism.data_parallel_shard_degree == 1) {
       config.parallelism.data_parallel_shard_degree = 8;
     }
-    if (config.memory.limit.empty()) config.memory.limit = "80GiB";
+    if (preset("memory.limit") && config.memory.limit.empty()) config.memory.limit = "80GiB";
   }
   // --maximize chooses the local batch: among those dividing a set global
   // batch (planner/throughput.h), whatever training.local_batch_size says.

@@ -2,6 +2,7 @@
 // AC mode and side by side for the others, as aligned tables or JSON.
 #pragma once
 
+#include <set>
 #include <string>
 
 #include "io/config.h"
@@ -11,10 +12,12 @@
 namespace remat {
 
 struct PlanCommandOptions {
-  bool json = false;                 // machine-readable output (field names in README)
-  bool matmuls = false;              // the log_mm_flops table with bytes and FLOPs/byte
-  bool torchtitan = false;           // torchtitan's usual 8B set-up: bf16 compute,
-                                     // sharded over 8, 80GiB per device
+  bool json = false;                        // machine-readable output (field names in README)
+  bool matmuls = false;                     // the log_mm_flops table with bytes and FLOPs/byte
+  bool torchtitan = false;                  // torchtitan's usual 8B set-up: bf16 compute,
+                                            // sharded over 8, 80GiB per device, for each
+                                            // of those keys not in command_line_keys
+  std::set<std::string> command_line_keys;  // the config keys the command line sets
   std::string pareto_path;           // --pareto FILE.svg|.csv|.json: the peak/recompute front
   int pareto_points = 64;            // budgets the front is solved at
   bool explain = false;              // list each value the configured plan keeps or rebuilds

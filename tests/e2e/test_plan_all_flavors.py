@@ -67,6 +67,15 @@ def main():
         if not sharded["configured"]["kept_activation_bytes"] * 2 == \
                 single["configured"]["kept_activation_bytes"]:
             failures.append(f"{config}: bf16 activations are not half of fp32")
+        # A key the command line sets is kept, the rest of the preset applied
+        # (the precision was silently bf16; sweep 4).
+        fp32, _ = plan(config, "--torchtitan", "--training.mixed_precision_param=float32")
+        kept = fp32["configured"]["at_peak"]
+        if fp32["run"]["compute_dtype"] != "float32" or \
+                abs(a["optimizer_state"] / kept["optimizer_state"] - 8) > 0.01:
+            failures.append(f"{config}: --torchtitan with float32 given: "
+                            f"{fp32['run']['compute_dtype']}, optimizer state x1 / "
+                            f"{a['optimizer_state'] / kept['optimizer_state']:.3f}")
     if len(configs) < 4:
         failures.append(f"expected at least the four llama3 configs, found {configs}")
     if failures:
