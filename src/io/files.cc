@@ -5,7 +5,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <climits>
+#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <mutex>
@@ -240,6 +243,82 @@ void create_folders(const std::string& folder, const std::string& key) {
                      " (expected an existing writable folder or one that can be created)");
 }
 
+namespace {
+
+// The temporaries of the AtomicFiles open now, so that a SIGINT, SIGTERM or
+// SIGHUP that would end the process (its default action) first removes
+// them: `remat checkpoint convert` or `grads` stopped mid-write left a
+// partial file as large as a checkpoint beside the output. Fixed slots, as
+// the handler may neither allocate nor lock; a temporary that finds no slot
+// (more than 16 open at once, or a path past PATH_MAX) is left as before.
+struct TemporarySlot {
+  std::atomic<bool> taken{false};  // claimed by a writer
+  std::atomic<bool> ready{false};  // `path` holds a temporary to remove
+  char path[PATH_MAX];
+};
+constexpr int kTemporarySlots = 16;
+TemporarySlot g_temporaries[kTemporarySlots];
+
+void write_stderr(const char* text) {
+  [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, text, std::strlen(text));
+}
+
+// Async-signal-safe: unlink, write and raise only.
+void remove_temporaries_then_die(int signal) {
+  const int saved_errno = errno;
+  for (TemporarySlot& slot : g_temporaries) {
+    if (!slot.ready.load() || ::unlink(slot.path) != 0) continue;
+    write_stderr(signal == SIGINT    ? "remat: interrupted by SIGINT: removed the unfinished "
+                 : signal == SIGTERM ? "remat: interrupted by SIGTERM: removed the unfinished "
+                                     : "remat: interrupted by SIGHUP: removed the unfinished ");
+    write_stderr(slot.path);
+    write_stderr("\n");
+  }
+  errno = saved_errno;
+  // SA_RESETHAND restored the default action: once this returns, the
+  // signal ends the process as it would have (a shell sees 128 + N).
+  ::raise(signal);
+}
+
+// Where a signal still has its default action (not train's stop handling,
+// train/stop_signal.h, nor MPI's), a temporary is removed before it acts.
+void remove_temporaries_on_fatal_signals() {
+  for (const int signal : {SIGINT, SIGTERM, SIGHUP}) {
+    struct sigaction current {};
+    if (::sigaction(signal, nullptr, &current) != 0 || (current.sa_flags & SA_SIGINFO) ||
+        current.sa_handler != SIG_DFL)
+      continue;
+    struct sigaction action {};
+    action.sa_handler = remove_temporaries_then_die;
+    sigemptyset(&action.sa_mask);
+    action.sa_flags = SA_RESETHAND | SA_RESTART;
+    ::sigaction(signal, &action, nullptr);
+  }
+}
+
+int register_temporary(const std::string& tmp) {
+  if (tmp.size() >= PATH_MAX) return -1;
+  for (int i = 0; i < kTemporarySlots; ++i) {
+    bool free = false;
+    if (!g_temporaries[i].taken.compare_exchange_strong(free, true)) continue;
+    std::memcpy(g_temporaries[i].path, tmp.c_str(), tmp.size() + 1);
+    g_temporaries[i].ready.store(true);
+    remove_temporaries_on_fatal_signals();
+    return i;
+  }
+  return -1;
+}
+
+// After the temporary is renamed or removed: a signal between the two finds
+// no file to remove.
+void release_temporary(int slot) {
+  if (slot < 0) return;
+  g_temporaries[slot].ready.store(false);
+  g_temporaries[slot].taken.store(false);
+}
+
+}  // namespace
+
 AtomicFile::AtomicFile(const std::string& path, const std::string& key, bool make_folders,
                        const std::string& tag)
     : path_(path), tmp_(path + (tag.empty() ? "" : "." + tag) + ".tmp"), key_(key) {
@@ -270,17 +349,20 @@ AtomicFile::AtomicFile(const std::string& path, const std::string& key, bool mak
     throw InputError(key_ + ": cannot create " + in_quotes(path_) + " (written first as " +
                      in_quotes(tmp_) + "): " + std::strerror(error));
   }
+  slot_ = register_temporary(tmp_);
 }
 
 AtomicFile::~AtomicFile() {
   if (fd_ >= 0) ::close(fd_);
   if (!committed_) ::unlink(tmp_.c_str());
+  release_temporary(std::exchange(slot_, -1));
 }
 
 void AtomicFile::fail(const std::string& what, bool target_at_fault) {
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;
   ::unlink(tmp_.c_str());
+  release_temporary(std::exchange(slot_, -1));
   committed_ = true;  // nothing left to clean up
   const std::string message = key_ + ": cannot write " + in_quotes(path_) + ": " + what;
   if (target_at_fault) throw InputError(message);
@@ -325,6 +407,7 @@ void AtomicFile::commit() {
   if (::rename(tmp_.c_str(), path_.c_str()) != 0)
     fail(std::string("rename from ") + in_quotes(tmp_) + " failed: " + write_error(errno));
   committed_ = true;
+  release_temporary(std::exchange(slot_, -1));
   fsync_folder(parent_of(path_));  // makes the rename itself durable
 }
 

@@ -80,7 +80,9 @@ void create_folders(const std::string& folder, const std::string& key);
 // old or the new content, never a mix. Any failure removes the temporary:
 // a target that cannot be created or is not a regular file throws
 // InputError, a write, fsync or rename the system refuses (disk full, a
-// file-size limit) OutputError.
+// file-size limit) OutputError. A SIGINT, SIGTERM or SIGHUP that would
+// end the process (one left at its default action) first removes the
+// temporaries open then, and names each on stderr.
 class AtomicFile {
  public:
   // Opens the temporary; `key` names the config key or flag for messages.
@@ -103,6 +105,7 @@ class AtomicFile {
   [[noreturn]] void fail(const std::string& what, bool target_at_fault = false);
   std::string path_, tmp_, key_;
   int fd_ = -1;
+  int slot_ = -1;  // where a fatal signal finds the temporary to remove (files.cc)
   bool committed_ = false;
 };
 

@@ -169,6 +169,39 @@ TEST_F(FilesTest, AtomicFileReplacesARegularFileAndLeavesNoTemporary) {
   EXPECT_FALSE(fs::exists(p + ".tmp"));
 }
 
+// A signal that ends the process mid-write (Ctrl-C on `checkpoint convert`)
+// takes the temporary with it; the old file keeps its bytes. In a child
+// process (a death test), where the signals have their default action.
+TEST_F(FilesTest, AFatalSignalMidWriteRemovesTheTemporary) {
+  for (const int signal : {SIGINT, SIGTERM}) {
+    const std::string p = write("out.bin", "old");
+    EXPECT_EXIT(
+        {
+          AtomicFile f(p, "k");
+          f.write("partial", 7);
+          std::raise(signal);
+        },
+        ::testing::KilledBySignal(signal), "removed the unfinished .*out\\.bin\\.tmp");
+    EXPECT_FALSE(fs::exists(p + ".tmp"));
+    EXPECT_EQ(read(p), "old");
+  }
+  // A committed file is not removed by a later signal.
+  const std::string q = path("done.bin");
+  EXPECT_EXIT(
+      {
+        {
+          AtomicFile f(q, "k");
+          f.write("whole", 5);
+          f.commit();
+        }
+        AtomicFile g(path("other.bin"), "k");
+        std::raise(SIGTERM);
+      },
+      ::testing::KilledBySignal(SIGTERM), "removed the unfinished .*other\\.bin\\.tmp");
+  EXPECT_EQ(read(q), "whole");
+  EXPECT_FALSE(fs::exists(path("other.bin.tmp")));
+}
+
 // A file at the temporary's name may be the user's (report.tmp beside
 // report): it keeps its bytes, and the write takes a name of its own.
 TEST_F(FilesTest, AtomicFileLeavesAFileAtItsTemporaryNameAndNeverWritesThroughALink) {
