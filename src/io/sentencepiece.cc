@@ -395,7 +395,9 @@ void train_sentencepiece(const SentencePieceTrainOptions& options) {
   const std::unordered_map<std::string, std::string> spec = {
       {"vocab_size", std::to_string(options.vocab_size)},
       {"model_type", options.model_type},
-      {"minloglevel", "1"},  // warnings only: no per-iteration progress lines
+      // Errors only: no per-iteration progress lines, and no warning printed
+      // ahead of the failed status, which remat reports as its one message.
+      {"minloglevel", "2"},
       {"max_sentence_length", std::to_string(LineIterator::kMaxSentenceBytes)},
   };
   LineIterator lines(text);

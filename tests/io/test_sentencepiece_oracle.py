@@ -62,6 +62,9 @@ def expect_input_error(what, args, message, output=None):
     assert p.returncode == 2, "%s: exit %d, expected 2\n%s" % (what, p.returncode, p.stderr)
     assert message in p.stderr, "%s: %r not in stderr:\n%s" % (what, message, p.stderr)
     assert "internal error" not in p.stderr and "Traceback" not in p.stderr, p.stderr
+    # One message: SentencePiece's own log lines ("LOG(WARNING) No valid symbol
+    # found") do not precede remat's.
+    assert "LOG(" not in p.stderr, "%s: a library log line in stderr:\n%s" % (what, p.stderr)
     if output is not None:
         assert not output.exists(), "%s left %s behind" % (what, output)
         assert not Path(str(output) + ".tmp").exists(), "%s left a temporary" % what
@@ -103,6 +106,11 @@ def check_bad_inputs(tmp, train_text):
     expect_input_error("vocab too large", ["tokenizer", "train", "--input", str(train_text),
                        "--vocab_size", "1000000", "--output", str(out)],
                        "Vocabulary size too high", out)
+    tiny = tmp / "abc.txt"
+    tiny.write_text("abc")
+    expect_input_error("vocab too large for three characters", ["tokenizer", "train", "--input",
+                       str(tiny), "--vocab_size", "300", "--output", str(out)],
+                       "Vocabulary size too high (300)", out)
     expect_input_error("bad model type", ["tokenizer", "train", "--input", str(train_text),
                        "--vocab_size", "100", "--output", str(out), "--model_type", "word2"],
                        "--model_type word2", out)
