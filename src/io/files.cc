@@ -268,9 +268,9 @@ void remove_temporaries_then_die(int signal) {
   const int saved_errno = errno;
   for (TemporarySlot& slot : g_temporaries) {
     if (!slot.ready.load() || ::unlink(slot.path) != 0) continue;
-    write_stderr(signal == SIGINT    ? "remat: interrupted by SIGINT: removed the unfinished "
-                 : signal == SIGTERM ? "remat: interrupted by SIGTERM: removed the unfinished "
-                                     : "remat: interrupted by SIGHUP: removed the unfinished ");
+    write_stderr("remat: interrupted by ");
+    write_stderr(signal == SIGINT ? "SIGINT" : signal == SIGTERM ? "SIGTERM" : "SIGHUP");
+    write_stderr(": removed the unfinished ");
     write_stderr(slot.path);
     write_stderr("\n");
   }

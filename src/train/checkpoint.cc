@@ -169,12 +169,13 @@ ReplicaShards owned_shards_of(const ShardedState& sharded, const ModelState& buf
 
 namespace {
 
+// RunRecord::settings_digest's metadata key.
+constexpr const char* kSettingsDigestKey = "job.settings_digest";
+
 // A metadata value that must be a non-negative decimal integer, all of it
 // ("1e3" is not 1, "-5" is nothing); `absent` when the key is missing.
 // `minimum` is 0 or 1: a count that no run writes as 0 (ranks, batch
 // sizes, microbatches, windows) is damage, not a value to resume from.
-constexpr const char* kSettingsDigestKey = "job.settings_digest";
-
 int64_t metadata_integer(const std::map<std::string, std::string>& metadata,
                          const std::string& path, const std::string& key, int64_t absent,
                          int64_t minimum = 0) {

@@ -176,15 +176,12 @@ void remove_stale_checkpoint_temporaries(const std::string& folder) {
   remove_stale_temporaries_in(folder, /*top=*/true);
 }
 
-FoundCheckpoint latest_checkpoint(const JobConfig& config) {
+FoundCheckpoint latest_checkpoint_in(const std::string& folder, bool prefer_sharded) {
   namespace fs = std::filesystem;
-  const std::optional<std::string> folder = listable_checkpoint_folder(config);
-  if (!folder) return {};
-  const bool sharded = sharded_checkpoints(config);
   int64_t best = -1;
   std::string found;
   std::error_code ec;
-  for (const fs::directory_entry& entry : fs::directory_iterator(*folder, ec)) {
+  for (const fs::directory_entry& entry : fs::directory_iterator(folder, ec)) {
     const std::string name = entry.path().filename().string();
     const std::optional<int64_t> step = checkpoint_step_of(name);
     if (!step || *step < best) continue;
@@ -194,14 +191,20 @@ FoundCheckpoint latest_checkpoint(const JobConfig& config) {
       if (name != checkpoint_name(*step, step_folder)) continue;
       const bool complete = step_folder ? fs::is_regular_file(entry.path() / kShardIndexName, ec)
                                         : fs::is_regular_file(entry.path(), ec);
-      // Where one step has both forms, the run's own format wins.
-      if (complete && (*step > best || step_folder == sharded)) {
+      // Where one step has both forms, the preferred one wins.
+      if (complete && (*step > best || step_folder == prefer_sharded)) {
         best = *step;
         found = entry.path().string();
       }
     }
   }
   return {found, best};
+}
+
+FoundCheckpoint latest_checkpoint(const JobConfig& config) {
+  const std::optional<std::string> folder = listable_checkpoint_folder(config);
+  if (!folder) return {};
+  return latest_checkpoint_in(*folder, sharded_checkpoints(config));
 }
 
 InputError resume_error(const JobConfig& config, const InputError& e) {

@@ -80,6 +80,9 @@ struct FoundCheckpoint {
   int64_t step = -1;
 };
 FoundCheckpoint latest_checkpoint(const JobConfig& config);
+// The same in any folder; where one step has both forms, the step folder
+// when `prefer_sharded`, else the file.
+FoundCheckpoint latest_checkpoint_in(const std::string& folder, bool prefer_sharded);
 
 // The InputError of a failed read of config.checkpoint.load; where train
 // found that file in its folder rather than being given it, the message

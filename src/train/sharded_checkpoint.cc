@@ -13,6 +13,7 @@
 #include "core/tensor.h"
 #include "io/files.h"
 #include "train/checkpoint.h"
+#include "train/checkpoint_folder.h"
 #include "train/numerics.h"
 
 namespace remat {
@@ -278,26 +279,20 @@ ShardedCheckpoint ShardedCheckpoint::open(const std::string& folder) {
   const std::string index_path = join_path(folder, kShardIndexName);
   std::error_code ec;
   if (!fs::exists(index_path, ec)) {
-    // Shard files without an index: a save cut short. Checkpoints named as a
-    // run saves them: the run's checkpoint folder, not one of its
+    // Shard files without an index: a save cut short. Complete checkpoints
+    // named as a run saves them: the run's checkpoint folder, not one of its
     // checkpoints. Neither: any folder.
     bool shards = false;
-    int64_t latest = -1;
-    std::string latest_name;
     for (const fs::directory_entry& entry : fs::directory_iterator(folder, ec)) {
       const std::string name = entry.path().filename().string();
       shards = shards || (name.starts_with("shard-") && name.ends_with(".safetensors"));
-      const std::optional<int64_t> step = checkpoint_step_of(name);
-      if (step && *step >= latest && !name.ends_with(".tmp")) {
-        latest = *step;
-        latest_name = name;
-      }
     }
-    if (!shards && latest >= 0)
+    if (const FoundCheckpoint latest = latest_checkpoint_in(folder, /*prefer_sharded=*/true);
+        !shards && !latest.path.empty())
       bad_checkpoint(folder,
                      "is a folder of checkpoints, not one (expected one of them, such as "
                      "the latest, '" +
-                         join_path(folder, latest_name) + "')");
+                         latest.path + "')");
     if (!shards)
       bad_checkpoint(folder, std::string("holds neither ") + kShardIndexName +
                                  " nor shard files: not a checkpoint (expected a .safetensors "
