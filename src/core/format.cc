@@ -64,4 +64,10 @@ std::string printable(const std::string& text) {
   return out;
 }
 
+std::string shortened(const std::string& text, size_t most) {
+  if (text.size() <= most) return text;
+  return text.substr(0, most > 3 ? most - 3 : 0) + "... (" + std::to_string(text.size()) +
+         " bytes)";
+}
+
 }  // namespace remat

@@ -21,4 +21,9 @@ size_t utf8_sequence_length(const std::string& text, size_t i);
 // users' files hold (a token, a JSON excerpt), which may be any bytes.
 std::string printable(const std::string& text);
 
+// `text` as a message quotes a value from a user's file: whole up to `most`
+// bytes, else its first bytes, "..." and its length, so that a value of
+// any size gives a message of one readable line.
+std::string shortened(const std::string& text, size_t most = 80);
+
 }  // namespace remat

@@ -11,6 +11,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/format.h"
 #include "core/progress.h"
 #include "io/safetensors.h"
 #include "train/numerics.h"
@@ -169,9 +170,6 @@ ReplicaShards owned_shards_of(const ShardedState& sharded, const ModelState& buf
 
 namespace {
 
-// RunRecord::settings_digest's metadata key.
-constexpr const char* kSettingsDigestKey = "job.settings_digest";
-
 // A metadata value that must be a non-negative decimal integer, all of it
 // ("1e3" is not 1, "-5" is nothing); `absent` when the key is missing.
 // `minimum` is 0 or 1: a count that no run writes as 0 (ranks, batch
@@ -185,9 +183,9 @@ int64_t metadata_integer(const std::map<std::string, std::string>& metadata,
   int64_t value = 0;
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (text.empty() || ec != std::errc() || end != text.data() + text.size() || value < minimum)
-    throw InputError("checkpoint error: '" + path + "' has " + key + " metadata \"" + text +
-                     "\", expected a " + (minimum > 0 ? "positive" : "non-negative") +
-                     " decimal integer");
+    throw InputError("checkpoint error: '" + path + "' has " + key + " metadata \"" +
+                     shortened(text) + "\", expected a " +
+                     (minimum > 0 ? "positive" : "non-negative") + " decimal integer");
   return value;
 }
 
@@ -257,7 +255,7 @@ RunRecord RunRecord::read(const std::map<std::string, std::string>& metadata,
                      });
     if (!hex)
       throw InputError("checkpoint error: '" + path + "' has " + kSettingsDigestKey +
-                       " metadata \"" + text + "\", expected 16 lowercase hex digits");
+                       " metadata \"" + shortened(text) + "\", expected 16 lowercase hex digits");
     r.settings_digest = text;
   }
   return r;

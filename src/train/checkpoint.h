@@ -83,6 +83,7 @@ struct RunRecord {
   // checkpoint records the run its index records, so a shard spliced in from
   // another run's save of the same step (another seed, say) is refused.
   std::string settings_digest;
+  static constexpr const char* kSettingsDigestKey = "job.settings_digest";
 
   std::map<std::string, std::string> metadata() const;
   // InputError naming `path` and the key unless each present value is a

@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "core/error.h"
+#include "core/format.h"
 #include "core/progress.h"
 #include "core/tensor.h"
 #include "io/files.h"
@@ -68,23 +69,30 @@ std::map<std::string, std::string> recorded_run(const SafetensorsReader& reader)
 
 // Whether the shard file is of the save described by `step` and `run`: a
 // file of another save of the step folder (another run's, or one cut short)
-// is not. Shards from before the run was recorded pass on their step.
+// is not. Where the save records no settings digest (written before shards
+// recorded their run), its shards record no run and pass on their step.
 std::optional<std::string> other_save(const SafetensorsReader& reader, int64_t step,
                                       const std::map<std::string, std::string>& run) {
   const auto& m = reader.metadata();
   const auto it = m.find("step");
-  const std::string recorded = it == m.end() ? "(none)" : it->second;
+  const std::string recorded = it == m.end() ? "(none)" : shortened(it->second);
   if (recorded != std::to_string(step))
     return "records step " + recorded + " where its save records step " + std::to_string(step);
   const std::map<std::string, std::string> shard_run = recorded_run(reader);
-  if (shard_run.empty() || shard_run == run) return std::nullopt;
+  if (shard_run == run || (shard_run.empty() && !run.contains(RunRecord::kSettingsDigestKey)))
+    return std::nullopt;
   for (const auto& [key, value] : run) {
     const auto other = shard_run.find(key);
     if (other == shard_run.end() || other->second != value)
-      return "records " + key + " = " + (other == shard_run.end() ? "(none)" : other->second) +
-             " where its save records " + value;
+      return "records " + key + " = " +
+             (other == shard_run.end() ? "(none)" : shortened(other->second)) +
+             " where its save records " + shortened(value);
   }
-  return "records a run key the save does not (" + shard_run.begin()->first + ")";
+  for (const auto& [key, value] : shard_run)
+    if (!run.contains(key))
+      return "records " + shortened(key) + " = " + shortened(value) +
+             ", which its save does not record";
+  return std::nullopt;  // unreachable: the records differ
 }
 
 }  // namespace
@@ -283,9 +291,13 @@ ShardedCheckpoint ShardedCheckpoint::open(const std::string& folder) {
     // named as a run saves them: the run's checkpoint folder, not one of its
     // checkpoints. Neither: any folder.
     bool shards = false;
+    std::string step_folder;  // a step folder in it, complete or not
     for (const fs::directory_entry& entry : fs::directory_iterator(folder, ec)) {
       const std::string name = entry.path().filename().string();
       shards = shards || (name.starts_with("shard-") && name.ends_with(".safetensors"));
+      const std::optional<int64_t> step = checkpoint_step_of(name);
+      if (step && name == checkpoint_name(*step, /*sharded=*/true) && entry.is_directory(ec))
+        step_folder = name;
     }
     if (const FoundCheckpoint latest = latest_checkpoint_in(folder, /*prefer_sharded=*/true);
         !shards && !latest.path.empty())
@@ -293,6 +305,12 @@ ShardedCheckpoint ShardedCheckpoint::open(const std::string& folder) {
                      "is a folder of checkpoints, not one (expected one of them, such as "
                      "the latest, '" +
                          latest.path + "')");
+    if (!shards && !step_folder.empty())
+      bad_checkpoint(folder,
+                     "is a folder of checkpoints none of which is complete: its step "
+                     "folders (such as '" +
+                         step_folder + "') have no " + kShardIndexName +
+                         ", their saves did not finish (expected a complete checkpoint)");
     if (!shards)
       bad_checkpoint(folder, std::string("holds neither ") + kShardIndexName +
                                  " nor shard files: not a checkpoint (expected a .safetensors "

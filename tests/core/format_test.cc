@@ -24,6 +24,14 @@ TEST(Printable, EscapesControlBytesAndInvalidUtf8Only) {
   EXPECT_EQ(printable(std::string("a\0b", 3)), "a\\x00b");
 }
 
+TEST(Shortened, KeepsShortValuesAndCutsLongOnesNamingTheirLength) {
+  EXPECT_EQ(shortened("0123456789abcdef"), "0123456789abcdef");
+  EXPECT_EQ(shortened(std::string(80, 'a')), std::string(80, 'a'));
+  const std::string cut = shortened(std::string(100000, 'a'));
+  EXPECT_EQ(cut, std::string(77, 'a') + "... (100000 bytes)");
+  EXPECT_EQ(shortened("abcdef", 5), "ab... (6 bytes)");
+}
+
 TEST(Printable, Utf8SequenceLengths) {
   EXPECT_EQ(utf8_sequence_length("a", 0), 1u);
   EXPECT_EQ(utf8_sequence_length("é", 0), 2u);

@@ -61,14 +61,17 @@ const std::map<std::string, std::string> kRun = {
 const std::map<std::string, std::string> kOtherRun = {
     {"training.steps", "9"}, {"data.ranks", "3"}, {"job.settings_digest", "00000000000000b2"}};
 
-// What save_sharded_checkpoint() writes with `ranks` ranks, one rank at a time.
+// What save_sharded_checkpoint() writes with `ranks` ranks, one rank at a
+// time; `shard_run`, where given, is what the shard files record instead
+// of the index's run.
 void save_as_ranks(const ModelState& state, int ranks, const std::string& folder, int64_t step,
-                   const std::map<std::string, std::string>& run = kRun) {
+                   const std::map<std::string, std::string>& run = kRun,
+                   const std::map<std::string, std::string>* shard_run = nullptr) {
   const ShardLayout layout = make_shard_layout(*state.program, ranks);
   std::vector<int64_t> bytes;
   for (int r = 0; r < ranks; ++r) {
     const ReplicaShards mine = owned_shards_of(state, layout, r, /*with_optimizer=*/true);
-    bytes.push_back(write_shard_file(folder, mine.shards, step, run));
+    bytes.push_back(write_shard_file(folder, mine.shards, step, shard_run ? *shard_run : run));
   }
   write_shard_index(folder, *state.program, layout, step, true, run, bytes);
 }
@@ -208,6 +211,23 @@ TEST_F(ShardedCheckpointTest, BadCheckpointsAreInputErrorsNamingTheProblem) {
   expect_input_error(load,
                      "records job.settings_digest = 00000000000000b2 where its save records "
                      "00000000000000a1 (in index.json): a file of another save");
+  // Shards that record no run where the index records a settings digest
+  // (their run keys stripped), and shards that record a key the save does
+  // not: not this save's.
+  const std::map<std::string, std::string> none,
+      extra = {{"training.steps", "9"},
+               {"data.ranks", "3"},
+               {"job.settings_digest", "00000000000000a1"},
+               {"extra.key", "1"}};
+  save_as_ranks(state_, 3, folder(), 5, kRun, &none);
+  expect_input_error(load, "records data.ranks = (none) where its save records 3");
+  save_as_ranks(state_, 3, folder(), 5, kRun, &extra);
+  expect_input_error(load, "records extra.key = 1, which its save does not record");
+  // A save from before shards recorded their run (no digest in its index
+  // either) loads as it did.
+  const std::map<std::string, std::string> before = {{"training.steps", "9"}, {"data.ranks", "3"}};
+  save_as_ranks(state_, 3, folder(), 5, before, &none);
+  load();
   // A flipped byte in a tensor: its CRC-32C.
   save_as_ranks(state_, 3, folder(), 5);
   {
