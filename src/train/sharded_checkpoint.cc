@@ -254,8 +254,9 @@ void refuse_lone_shard(const SafetensorsReader& reader) {
   const auto rank = m.find("rank"), ranks = m.find("ranks");
   throw InputError(
       "checkpoint error: '" + reader.path() + "' is one shard of a sharded checkpoint" +
-      (rank != m.end() && ranks != m.end() ? " (rank " + rank->second + " of " + ranks->second + ")"
-                                           : std::string()) +
+      (rank != m.end() && ranks != m.end()
+           ? " (rank " + shortened(rank->second) + " of " + shortened(ranks->second) + ")"
+           : std::string()) +
       ": expected its step folder, the one holding " + kShardIndexName);
 }
 
@@ -266,7 +267,7 @@ void check_shard_metadata(const SafetensorsReader& reader, const ShardIndex& ind
   const auto& m = reader.metadata();
   auto value = [&](const char* key) {
     const auto it = m.find(key);
-    return it == m.end() ? std::string("(none)") : it->second;
+    return it == m.end() ? std::string("(none)") : shortened(it->second);
   };
   if (value("format") != kShardFormat || value("rank") != std::to_string(rank) ||
       value("ranks") != std::to_string(index.ranks) || value("step") != std::to_string(index.step))
