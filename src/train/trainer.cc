@@ -126,6 +126,14 @@ RankSettings state_settings(const JobConfig& config) {
   return settings;
 }
 
+// Their digest as a checkpoint records it: 16 hex digits.
+std::string state_settings_digest(const JobConfig& config) {
+  char digest[17];
+  std::snprintf(digest, sizeof digest, "%016llx",
+                static_cast<unsigned long long>(settings_digest(state_settings(config))));
+  return digest;
+}
+
 // Every rank runs one job: given another config, a rank's collectives
 // stopped matching its peers': crashes, a silent exit, or a model mixed of
 // two inits saved as if nothing were wrong.
@@ -370,6 +378,7 @@ class Trainer {
   DataParallel data_parallel_;
   ShardedTraining* const sharded_;  // null: not sharded
   const bool sharded_checkpoints_;
+  const std::string settings_digest_;            // of state_settings(): what its checkpoints record
   const ShardLayout checkpoint_layout_;          // of sharded checkpoints: over this run's ranks
   Validator* const validator_;                   // null: no validation
   std::unique_ptr<Tokenizer> sample_tokenizer_;  // null: metrics.sample_freq = 0
@@ -415,6 +424,7 @@ Trainer::Trainer(const JobConfig& config, const Setup& setup, Session& session, 
       data_parallel_(comm, session.state),
       sharded_(sharded),
       sharded_checkpoints_(sharded_checkpoints(config)),
+      settings_digest_(state_settings_digest(config)),
       checkpoint_layout_(make_shard_layout(setup.program(), comm.size())),
       validator_(validator),
       start_step_(start_step),
@@ -738,10 +748,7 @@ RunRecord Trainer::run_record() const {
   r.next_window = loader_.position();
   r.ranks = data_parallel_.ranks();
   r.microbatches = microbatches_;
-  char digest[17];
-  std::snprintf(digest, sizeof digest, "%016llx",
-                static_cast<unsigned long long>(settings_digest(state_settings(config_))));
-  r.settings_digest = digest;
+  r.settings_digest = settings_digest_;
   return r;
 }
 
