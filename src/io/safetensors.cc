@@ -4,6 +4,7 @@
 #include <bit>
 #include <charconv>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -54,6 +55,25 @@ int64_t checked_numel(const std::vector<int64_t>& shape, uint64_t limit) {
     n *= u;
   }
   return static_cast<int64_t>(n);
+}
+
+// IEEE binary16 to binary32, exactly (every half value is a float): the sign
+// moves up, the exponent is rebiased (15 -> 127), subnormals are normalised,
+// infinities and NaNs keep their class and payload.
+float f16_to_f32(uint16_t half) {
+  const uint32_t sign = static_cast<uint32_t>(half & 0x8000u) << 16;
+  const uint32_t exponent = (half >> 10) & 0x1fu;
+  uint32_t mantissa = half & 0x3ffu;
+  if (exponent == 0x1f) return std::bit_cast<float>(sign | 0x7f800000u | (mantissa << 13));
+  if (exponent != 0)
+    return std::bit_cast<float>(sign | ((exponent + 112) << 23) | (mantissa << 13));
+  if (mantissa == 0) return std::bit_cast<float>(sign);
+  uint32_t shifts = 0;  // a subnormal m * 2^-24: shift m up to 1.f x 2^10
+  while ((mantissa & 0x400u) == 0) {
+    mantissa <<= 1;
+    ++shifts;
+  }
+  return std::bit_cast<float>(sign | ((113 - shifts) << 23) | ((mantissa & 0x3ffu) << 13));
 }
 
 [[noreturn]] void fail(const std::string& path, const std::string& what) {
@@ -192,10 +212,17 @@ SafetensorsReader::Info SafetensorsReader::parse_entry(const std::string& path,
       !entry.contains("data_offsets"))
     fail(path, where + "expected an object with dtype, shape and data_offsets");
   const json& dtype = entry["dtype"];
-  if (!dtype.is_string() || dtype.get<std::string>() != "F32")
-    fail(path,
-         where + "dtype " + json_excerpt(dtype) + " is not supported, expected \"F32\" (fp32)");
   Info info;
+  const std::string type = dtype.is_string() ? dtype.get<std::string>() : std::string();
+  if (type == "BF16")
+    info.stored = Stored::kBF16;
+  else if (type == "F16")
+    info.stored = Stored::kF16;
+  else if (type != "F32")
+    fail(path, where + "dtype " + json_excerpt(dtype) +
+                   " is not supported, expected \"F32\" (fp32), or \"BF16\" or \"F16\" "
+                   "(read as fp32)");
+  const uint64_t element_bytes = info.stored == Stored::kF32 ? 4 : 2;
   if (!entry["shape"].is_array())
     fail(path, where + "shape must be an array of non-negative integers");
   for (const json& d : entry["shape"]) {
@@ -214,12 +241,12 @@ SafetensorsReader::Info SafetensorsReader::parse_entry(const std::string& path,
   if (end > data_size)
     fail(path, where + "data_offsets " + json_excerpt(offsets) + " lie outside the file (" +
                    std::to_string(data_size) + " data bytes after the header)");
-  const int64_t n = checked_numel(info.shape, data_size / dtype_size(DType::kF32) + 1);
-  if (n < 0 || static_cast<uint64_t>(bytes_of(n, DType::kF32)) != end - begin)
+  const int64_t n = checked_numel(info.shape, data_size / element_bytes + 1);
+  if (n < 0 || static_cast<uint64_t>(n) * element_bytes != end - begin)
     fail(path, where + "data_offsets " + json_excerpt(offsets) + " span " +
                    std::to_string(end - begin) + " bytes, but shape " + shape_string(info.shape) +
-                   " of F32 needs " +
-                   (n < 0 ? std::string("more") : std::to_string(bytes_of(n, DType::kF32))));
+                   " of " + type + " needs " +
+                   (n < 0 ? std::string("more") : std::to_string(n * element_bytes)));
   info.begin = data_start + begin;
   info.bytes = end - begin;
   return info;
@@ -329,17 +356,30 @@ void SafetensorsReader::read(const std::string& name, const std::vector<int64_t>
     fail(path_, "tensor '" + name + "' has shape " + shape_string(t.shape) + ", expected " +
                     shape_string(expected_shape));
   if (t.bytes == 0) return;
+  // Half-precision elements are read into the upper half of dst's bytes and
+  // widened forward in place: element i's fp32 ends at byte 4i + 4, at or
+  // before where element i + 1's stored bytes begin, so no extra buffer (a
+  // model's embedding can be gigabytes).
+  const uint64_t n = t.stored == Stored::kF32 ? t.bytes / 4 : t.bytes / 2;
+  unsigned char* stored = reinterpret_cast<unsigned char*>(dst) + (n * 4 - t.bytes);
   std::ifstream in(path_, std::ios::binary);
   if (!in) fail(path_, "cannot open for reading tensor '" + name + "'");
   in.seekg(static_cast<std::streamoff>(t.begin));
-  in.read(reinterpret_cast<char*>(dst), static_cast<std::streamsize>(t.bytes));
+  in.read(reinterpret_cast<char*>(stored), static_cast<std::streamsize>(t.bytes));
   if (!in || static_cast<uint64_t>(in.gcount()) != t.bytes)
     fail(path_, "could not read the " + std::to_string(t.bytes) + " bytes of tensor '" + name +
                     "' (file changed or truncated since it was opened?)");
-  if (t.crc32c && crc32c(dst, t.bytes) != *t.crc32c)
+  if (t.crc32c && crc32c(stored, t.bytes) != *t.crc32c)
     fail(path_, "tensor '" + name + "' fails its checksum (stored CRC-32C " +
-                    crc32c_hex(*t.crc32c) + ", computed " + crc32c_hex(crc32c(dst, t.bytes)) +
+                    crc32c_hex(*t.crc32c) + ", computed " + crc32c_hex(crc32c(stored, t.bytes)) +
                     "): the file is corrupt");
+  if (t.stored == Stored::kF32) return;
+  const bool bf16 = t.stored == Stored::kBF16;
+  for (uint64_t i = 0; i < n; ++i) {
+    uint16_t half = 0;
+    std::memcpy(&half, stored + 2 * i, 2);
+    dst[i] = bf16 ? std::bit_cast<float>(static_cast<uint32_t>(half) << 16) : f16_to_f32(half);
+  }
 }
 
 }  // namespace remat

@@ -1,4 +1,4 @@
-// Weights and checkpoints as safetensors files (fp32 only, spec.md §6).
+// Weights and checkpoints as safetensors files (fp32, spec.md §6).
 //
 // Layout: an 8-byte little-endian header length N, then N bytes of JSON
 // ({"name": {"dtype": "F32", "shape": [...], "data_offsets": [begin, end]},
@@ -12,6 +12,10 @@
 // `path + ".tmp"`, fsync'ed, renamed over `path`, so a crash never leaves a
 // half-written checkpoint under the real name. Reading seeks to one tensor at
 // a time; files can be gigabytes.
+//
+// Element types: remat writes F32. It also reads BF16 and F16 tensors (weights
+// exported in half precision, as torchtitan's checkpoint.export_dtype does),
+// widened to fp32 on read: exact, every bf16 and fp16 value is an fp32 one.
 //
 // Integrity: the writer stores each tensor's CRC-32C in the metadata as
 // "crc32c.<name>" (8 hex digits); read() checks it when present (files from
@@ -60,15 +64,18 @@ class SafetensorsReader {
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   bool has_checksum(const std::string& name) const { return info(name).crc32c.has_value(); }
 
-  // Copies the tensor into dst (numel(expected_shape) floats) after checking
-  // that it exists and has exactly expected_shape.
+  // Copies the tensor into dst (numel(expected_shape) floats, widened from
+  // BF16 or F16 where the file stores those) after checking that it exists
+  // and has exactly expected_shape.
   void read(const std::string& name, const std::vector<int64_t>& expected_shape, float* dst) const;
 
  private:
+  enum class Stored : uint8_t { kF32, kBF16, kF16 };  // the file's element type
   struct Info {
     std::vector<int64_t> shape;
-    uint64_t begin = 0;  // absolute file offset of the first byte
-    uint64_t bytes = 0;
+    Stored stored = Stored::kF32;
+    uint64_t begin = 0;              // absolute file offset of the first byte
+    uint64_t bytes = 0;              // as stored: 2 per element for BF16 and F16
     std::optional<uint32_t> crc32c;  // from the metadata, if the writer stored one
   };
   const Info& info(const std::string& name) const;

@@ -125,11 +125,13 @@ def npy_seeds():
     put("npy", "float.npy", npy_bytes(np.zeros(3, dtype="<f4")))
 
 
-def safetensors_bytes(tensors, metadata=None, checksums=True):
+def safetensors_bytes(tensors, metadata=None, checksums=True, dtype="F32"):
+    """dtype F32 packs the values as floats; BF16 and F16 take them as the
+    stored 16-bit patterns."""
     header, body, meta = {}, b"", dict(metadata or {})
     for name, (shape, values) in tensors.items():
-        raw = struct.pack("<%df" % len(values), *values)
-        header[name] = {"dtype": "F32", "shape": shape,
+        raw = struct.pack(("<%df" if dtype == "F32" else "<%dH") % len(values), *values)
+        header[name] = {"dtype": dtype, "shape": shape,
                         "data_offsets": [len(body), len(body) + len(raw)]}
         if checksums:
             meta["crc32c." + name] = "%08x" % crc32c(raw)
@@ -153,6 +155,11 @@ def safetensors_seeds():
     bad = bytearray(safetensors_bytes(tensors, {"step": "1"}))
     bad[-1] ^= 0x40
     put("safetensors", "flipped.safetensors", bytes(bad))
+    # Half precision: normal values, subnormals, signed zero, an infinity, a NaN.
+    halves = {"w": ([2, 3], [0x3c00, 0x0001, 0x8000, 0x7bff, 0x7c00, 0x7e01]),
+              "b": ([2], [0x3f80, 0x0001])}
+    put("safetensors", "f16.safetensors", safetensors_bytes(halves, dtype="F16"))
+    put("safetensors", "bf16.safetensors", safetensors_bytes(halves, {"step": "3"}, dtype="BF16"))
 
 
 def dataset_seeds():

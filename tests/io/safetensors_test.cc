@@ -3,14 +3,17 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
+#include "core/checksum.h"
 #include "core/error.h"
 
 namespace remat {
@@ -41,6 +44,20 @@ class SafetensorsTest : public ::testing::Test {
     for (int i = 0; i < 8; ++i) out.put(static_cast<char>((len >> (8 * i)) & 0xff));
     out << header;
     out << std::string(data_bytes, '\0');
+    return path;
+  }
+
+  // A file whose data area is `elements`, 2 little-endian bytes each, after
+  // the header (its length a multiple of 8, as writers pad it).
+  std::string craft_half(const std::string& name, std::string header,
+                         const std::vector<uint16_t>& elements) const {
+    header += std::string((8 - header.size() % 8) % 8, ' ');
+    const std::string path = craft(name, header, 0);
+    std::ofstream out(path, std::ios::binary | std::ios::app);
+    for (uint16_t e : elements) {
+      out.put(static_cast<char>(e & 0xff));
+      out.put(static_cast<char>(e >> 8));
+    }
     return path;
   }
 
@@ -198,13 +215,105 @@ TEST_F(SafetensorsTest, EmptyHeaderObjectIsAnEmptyFile) {
   EXPECT_TRUE(r.names().empty());
 }
 
-TEST_F(SafetensorsTest, DtypeOtherThanF32) {
+TEST_F(SafetensorsTest, DtypesOtherThanFloatsAreNamed) {
   const std::string path =
-      craft("f16.safetensors", R"({"x":{"dtype":"F16","shape":[2],"data_offsets":[0,4]}})", 4);
-  expect_input_error([&] { SafetensorsReader::open(path); }, {path, "'x'", "\"F16\"", "F32"});
-  const std::string bf =
-      craft("bf16.safetensors", R"({"x":{"dtype":"BF16","shape":[2],"data_offsets":[0,4]}})", 4);
-  expect_input_error([&] { SafetensorsReader::open(bf); }, {bf, "BF16"});
+      craft("f64.safetensors", R"({"x":{"dtype":"F64","shape":[1],"data_offsets":[0,8]}})", 8);
+  expect_input_error([&] { SafetensorsReader::open(path); },
+                     {path, "'x'", "\"F64\"", "\"F32\"", "\"BF16\"", "\"F16\""});
+  const std::string ints =
+      craft("i32.safetensors", R"({"x":{"dtype":"I32","shape":[2],"data_offsets":[0,8]}})", 8);
+  expect_input_error([&] { SafetensorsReader::open(ints); }, {ints, "\"I32\""});
+  const std::string number =
+      craft("num.safetensors", R"({"x":{"dtype":16,"shape":[2],"data_offsets":[0,4]}})", 4);
+  expect_input_error([&] { SafetensorsReader::open(number); }, {number, "dtype 16"});
+}
+
+// Expected values from their definitions (sign, exponent, fraction), not from
+// the reader's bit manipulation: 2^-24 is fp16's smallest subnormal, 65504
+// its largest finite value, 2^-133 bf16's smallest subnormal.
+TEST_F(SafetensorsTest, HalfPrecisionIsWidenedExactly) {
+  const std::vector<uint16_t> f16 = {0x3c00, 0xc000, 0x0001, 0x03ff, 0x0400,
+                                     0x7bff, 0x8000, 0x3555, 0x7c00, 0xfc00};
+  const std::vector<float> f16_values = {1.0f,
+                                         -2.0f,
+                                         std::ldexp(1.0f, -24),
+                                         std::ldexp(1023.0f, -24),
+                                         std::ldexp(1.0f, -14),
+                                         65504.0f,
+                                         -0.0f,
+                                         std::ldexp(1365.0f, -12),  // 0x3555: 0.333252
+                                         std::numeric_limits<float>::infinity(),
+                                         -std::numeric_limits<float>::infinity()};
+  const std::vector<uint16_t> bf16 = {0x3f80, 0xc0a0, 0x0001, 0x7f7f, 0x3eab, 0x8000};
+  const std::vector<float> bf16_values = {
+      1.0f, -5.0f, std::ldexp(1.0f, -133), std::ldexp(255.0f, 120), std::ldexp(171.0f, -9), -0.0f};
+  std::vector<uint16_t> data = f16;
+  data.insert(data.end(), bf16.begin(), bf16.end());
+  const std::string path = craft_half("half.safetensors",
+                                      R"({"h":{"dtype":"F16","shape":[2,5],"data_offsets":[0,20]},)"
+                                      R"("b":{"dtype":"BF16","shape":[6],"data_offsets":[20,32]}})",
+                                      data);
+  const SafetensorsReader r = SafetensorsReader::open(path);
+  EXPECT_EQ(r.shape("h"), (std::vector<int64_t>{2, 5}));
+  std::vector<float> got(10, 7.0f);
+  r.read("h", {2, 5}, got.data());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i], f16_values[i]) << "F16 element " << i;
+    EXPECT_EQ(std::signbit(got[i]), std::signbit(f16_values[i])) << "F16 element " << i;
+  }
+  got.assign(6, 7.0f);
+  r.read("b", {6}, got.data());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i], bf16_values[i]) << "BF16 element " << i;
+    EXPECT_EQ(std::signbit(got[i]), std::signbit(bf16_values[i])) << "BF16 element " << i;
+  }
+  // Every fp16 value: a NaN stays a NaN; otherwise the widened value times
+  // 2^24 is the integer the fraction and exponent define.
+  std::vector<uint16_t> all(65536);
+  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<uint16_t>(i);
+  const std::string every =
+      craft_half("every.safetensors",
+                 R"({"h":{"dtype":"F16","shape":[65536],"data_offsets":[0,131072]}})", all);
+  std::vector<float> wide(all.size());
+  SafetensorsReader::open(every).read("h", {65536}, wide.data());
+  for (uint32_t h = 0; h < 65536; ++h) {
+    const uint32_t exponent = (h >> 10) & 0x1f, fraction = h & 0x3ff;
+    const double magnitude =
+        exponent == 0 ? std::ldexp(fraction, -24) : std::ldexp(1024.0 + fraction, exponent - 25);
+    if (exponent == 0x1f && fraction != 0) {
+      EXPECT_TRUE(std::isnan(wide[h])) << h;
+    } else if (exponent == 0x1f) {
+      EXPECT_TRUE(std::isinf(wide[h]) && std::signbit(wide[h]) == bool(h & 0x8000)) << h;
+    } else {
+      ASSERT_EQ(static_cast<double>(wide[h]), (h & 0x8000) ? -magnitude : magnitude) << h;
+    }
+  }
+}
+
+TEST_F(SafetensorsTest, HalfPrecisionByteCountsAreTwoPerElement) {
+  const std::string path =
+      craft_half("short.safetensors", R"({"x":{"dtype":"BF16","shape":[2],"data_offsets":[0,8]}})",
+                 {1, 2, 3, 4});
+  expect_input_error([&] { SafetensorsReader::open(path); },
+                     {path, "'x'", "span 8 bytes", "of BF16 needs 4"});
+}
+
+// The checksum covers the bytes as stored, so a remat CRC-32C of a half
+// precision file (written by a tool that stores one) checks what is on disk.
+TEST_F(SafetensorsTest, HalfPrecisionChecksumCoversTheStoredBytes) {
+  const std::vector<uint16_t> stored = {0x3f80, 0x4000, 0x4040, 0x4080};
+  const std::string crc = crc32c_hex(crc32c(stored.data(), stored.size() * 2));
+  const std::string header = R"({"__metadata__":{"crc32c.x":")" + crc +
+                             R"("},"x":{"dtype":"BF16","shape":[4],"data_offsets":[0,8]}})";
+  std::vector<float> got(4);
+  SafetensorsReader::open(craft_half("good.safetensors", header, stored))
+      .read("x", {4}, got.data());
+  EXPECT_EQ(got, (std::vector<float>{1.0f, 2.0f, 3.0f, 4.0f}));
+  std::vector<uint16_t> flipped = stored;
+  flipped[2] ^= 0x0100;
+  const std::string bad = craft_half("bad.safetensors", header, flipped);
+  expect_input_error([&] { SafetensorsReader::open(bad).read("x", {4}, got.data()); },
+                     {bad, "'x'", "fails its checksum", crc});
 }
 
 TEST_F(SafetensorsTest, MissingEntryFields) {
