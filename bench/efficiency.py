@@ -113,8 +113,11 @@ def main():
     load_before = os.getloadavg()[0]
     print(f"{machine()}, 2 threads, 1-minute load average {load_before:.1f} at the start; "
           f"{args.rounds} interleaved rounds of {args.steps} timed steps after {WARMUP} warm-up")
-    header = ["| model | binary | MFU none (p90 / median) | op-AC slowdown (p90) | recompute share "
-              "| slowdown - share | CPU s/step none, op |", "|---|---|---:|---:|---:|---:|---:|"]
+    # The separate runs' op-AC slowdown is a cross-check only: the target
+    # (slowdown <= share + 2 points) is judged by op_ac_overhead.py's pairs.
+    header = ["| model | binary | MFU none (p90 / median) | op-AC slowdown, separate runs (p90) "
+              "| recompute share | slowdown - share | CPU s/step none, op |",
+              "|---|---|---:|---:|---:|---:|---:|"]
     print("\n".join(header))
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -139,7 +142,7 @@ def main():
                 target = f" (target {mfu_target}%)" if mfu_target else ""
                 rows.append(f"| {name} | {b} | {upper_decile(mfu):.1%} / "
                             f"{statistics.median(mfu):.1%}{target} | {slowdown:+.1%} | "
-                            f"{share:.1%} | {margin:+.1f} points (target <= +2) | "
+                            f"{share:.1%} | {margin:+.1f} points | "
                             f"{statistics.median(none[2]):.2f}, {statistics.median(op[2]):.2f} |")
                 print(rows[-1], flush=True)
     if args.write:
@@ -153,7 +156,8 @@ def write_section(args, load_before, header, rows):
         begin,
         "## MFU of the debug models (issue 11's targets)",
         "",
-        f"Command: `/usr/bin/python3 bench/efficiency.py --write` on {machine()}, 2 cores, "
+        f"Command: `/usr/bin/python3 bench/efficiency.py --rounds {args.rounds} --steps "
+        f"{args.steps} --models {args.models} --write` on {machine()}, 2 cores, "
         f"2 threads, {stamp}, 1-minute load average {load_before:.1f} at the start and "
         f"{os.getloadavg()[0]:.1f} at the end. {args.rounds} interleaved rounds (none, op, none, "
         f"op, ...) of {args.steps} timed steps after {WARMUP} warm-up. MFU: model FLOPs per second, "
@@ -163,8 +167,9 @@ def write_section(args, load_before, header, rows):
         "one run's start-up lowers that run's peak and raises the MFU its log line prints). "
         "fp32 matmuls on remat's default GEMM (README \"fp32 matmuls\"). p90: the upper decile of the timed steps (the "
         "steps least disturbed by other tenants of the host); median beside it. The op-AC "
-        "slowdown here compares separate runs; the paired measure is \"What op AC costs, steps "
-        "paired in one process\".",
+        "slowdown here compares separate runs, which the host's drift between runs moves by "
+        "several points; issue 11's target for it (slowdown <= recompute share + 2 points) is "
+        "judged by the paired measure, \"What op AC costs, steps paired in one process\".",
         "",
         *header,
         *rows,
