@@ -704,6 +704,17 @@ def cases():
         Case("checkpoint with overlapping tensors",
              ["--checkpoint.load", "o.safetensors", "--model.dim", "128"],
              ["o.safetensors", "overlaps"], files={"o.safetensors": with_overlap}),
+        Case("checkpoint tensor relabelled BF16: its bytes are 4 per element, BF16 has 2",
+             ["--checkpoint.load", "h.safetensors", "--model.dim", "128"],
+             ["h.safetensors", "norm.weight", "of BF16 needs"],
+             files={"h.safetensors": lambda seed: with_header(
+                 seed, lambda h: h["norm.weight"].update(dtype="BF16"))}),
+        Case("checkpoint tensor of dtype F64: named, with the three dtypes read",
+             ["--checkpoint.load", "d.safetensors", "--model.dim", "128"],
+             ["d.safetensors", "norm.weight", '"F64" is not supported', '"F32"', '"BF16"',
+              '"F16"'],
+             files={"d.safetensors": lambda seed: with_header(
+                 seed, lambda h: h["norm.weight"].update(dtype="F64"))}),
         Case("checkpoint with a flipped byte",
              ["--checkpoint.load", "f.safetensors", "--model.dim", "128"],
              ["f.safetensors", "checksum", "corrupt"], files={"f.safetensors": with_flipped_byte}),
