@@ -281,6 +281,14 @@ std::vector<int32_t> read_npy_tokens(const std::string& path) {
   const TokenArray a =
       parse_token_header(path, read_header_text(in, path, file_size, &data_offset));
   const int64_t count = a.count, item_size = a.item_size;
+  // First what the file holds: a header claiming more tokens than follow it
+  // is a truncated (or damaged) file, whatever their number; a 1 KB file
+  // whose header claims 10^11 tokens was called too large for memory.
+  const int64_t available = file_size - data_offset;
+  if (count > available / item_size)
+    fail(path, "truncated data: the shape says " + std::to_string(count) + " tokens of " +
+                   std::to_string(item_size) + " bytes but only " + std::to_string(available) +
+                   " bytes follow the header");
   // Loaded whole as int32 ids: a file of more than half the RAM's worth is
   // refused here, not by the allocator (a 100 GB sparse file, say).
   const int64_t most = physical_memory_bytes() / 2 / static_cast<int64_t>(sizeof(int32_t));
@@ -288,11 +296,6 @@ std::vector<int32_t> read_npy_tokens(const std::string& path) {
     fail(path, "holds " + std::to_string(count) + " tokens, more than the " + std::to_string(most) +
                    " whose 4-byte ids fit in half of this machine's memory (expected a smaller "
                    "token file)");
-  const int64_t available = file_size - data_offset;
-  if (count > available / item_size)
-    fail(path, "truncated data: the shape says " + std::to_string(count) + " tokens of " +
-                   std::to_string(item_size) + " bytes but only " + std::to_string(available) +
-                   " bytes follow the header");
 
   std::vector<int32_t> tokens(static_cast<size_t>(count));
   // Read in chunks so a large token file costs one int32 copy, not two.

@@ -109,13 +109,23 @@ TEST_F(NpyTest, ReadsEmptyArrayAndHeaderVariants) {
             (std::vector<int32_t>{3, 4}));
 }
 
-// A shape of more ids than half the RAM holds is refused from the header,
-// before anything is allocated (a sparse file that large ended in bad_alloc).
+// A file of more ids than half the RAM holds is refused from its header,
+// before anything is allocated (a sparse file that large ended in
+// bad_alloc); a header claiming that many over a file that ends after it is
+// truncated, and said so, not called too large.
 TEST_F(NpyTest, MoreTokensThanMemoryHoldsAreRefusedFromTheHeader) {
   const int64_t count = physical_memory_bytes() / 2 / 4 + 1;
-  const std::string p = write_raw("huge.npy", dict("<u2", "(" + std::to_string(count) + ",)"), "");
-  EXPECT_NE(error_of(p).find("fit in half of this machine's memory"), std::string::npos)
-      << error_of(p);
+  const std::string header = dict("<u2", "(" + std::to_string(count) + ",)");
+  const std::string sparse = write_raw("huge.npy", header, "");
+  fs::resize_file(sparse, fs::file_size(sparse) + static_cast<uintmax_t>(count) * 2);
+  EXPECT_NE(error_of(sparse).find("fit in half of this machine's memory"), std::string::npos)
+      << error_of(sparse);
+  const std::string claims = write_raw("claims.npy", header, raw<uint16_t>({1, 2, 3}));
+  const std::string e = error_of(claims);
+  EXPECT_NE(e.find("truncated data: the shape says " + std::to_string(count) + " tokens"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("only 6 bytes follow the header"), std::string::npos) << e;
 }
 
 TEST_F(NpyTest, ValuesOutOfRangeNameFileAndIndex) {
