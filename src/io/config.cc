@@ -63,8 +63,6 @@ constexpr ForeignKey kTorchtitanOnly[] = {
     {"parallelism", "pipeline_parallel_degree", 'i', "not built", "1"},
     {"parallelism", "context_parallel_degree", 'i', "not built", "1"},
     {"parallelism", "expert_parallel_degree", 'i', "not built", "1"},
-    {"checkpoint", "last_save_model_weights_only", 'b', "not built", "false"},
-    {"checkpoint", "export_dtype", 's', "not built", "\"float32\""},
     {"checkpoint", "async_mode", 's', "not built", "\"disabled\""},
     {"float8", "enable_fsdp_float8_all_gather", 'b', "GPU-only", "false"},
     {"float8", "precompute_float8_dynamic_scale_for_fsdp", 'b', "GPU-only", "false"},
@@ -147,6 +145,8 @@ std::vector<Field> fields_of(JobConfig& c) {
       REMAT_FIELD(checkpoint, load),
       REMAT_FIELD(checkpoint, create_seed_checkpoint),
       REMAT_FIELD(checkpoint, format),
+      REMAT_FIELD(checkpoint, last_save_model_weights_only),
+      REMAT_FIELD(checkpoint, export_dtype),
       REMAT_FIELD(validation, enabled),
       REMAT_FIELD(validation, dataset),
       REMAT_FIELD(validation, freq),
@@ -968,6 +968,17 @@ void validate_other_sections(const JobConfig& c, Validator& v) {
   static const char* const kCheckpointFormats[] = {"auto", "sharded", "single_file"};
   v.require(one_of(c.checkpoint.format, kCheckpointFormats), "checkpoint.format",
             "\"auto\", \"sharded\" or \"single_file\"");
+  static const char* const kExportDtypes[] = {"float32", "bfloat16", "float16"};
+  v.require(one_of(c.checkpoint.export_dtype, kExportDtypes), "checkpoint.export_dtype",
+            "\"float32\", \"bfloat16\" or \"float16\" (the final weights-only save's "
+            "precision)");
+  // Sharded checkpoints hold fp32 only.
+  v.require(c.checkpoint.export_dtype == "float32" || !c.checkpoint.last_save_model_weights_only ||
+                !sharded_checkpoints(c),
+            "checkpoint.export_dtype",
+            "\"float32\" where the final save is a sharded checkpoint (checkpoint.format, "
+            "data_parallel_shard_degree > 1), or checkpoint.format = \"single_file\" for a "
+            "half-precision export");
   v.require(c.validation.freq > 0, "validation.freq", "an integer > 0");
   v.require(c.profiling.profile_freq > 0, "profiling.profile_freq", "an integer > 0");
   v.require(c.validation.steps == -1 || c.validation.steps >= 1, "validation.steps",
@@ -1006,6 +1017,11 @@ void validate(const JobConfig& c, Schema& schema) {
 }  // namespace
 
 double parse_memory_size(const std::string& text) { return parse_size(text); }
+
+bool sharded_checkpoints(const JobConfig& config) {
+  return config.checkpoint.format == "sharded" ||
+         (config.checkpoint.format == "auto" && config.parallelism.data_parallel_shard_degree > 1);
+}
 
 int64_t max_training_threads() {
   const int64_t cores = std::max(1u, std::thread::hardware_concurrency());

@@ -127,6 +127,12 @@ struct JobConfig {
     // writes its shard into the folder step-N/ (train/sharded_checkpoint.h);
     // "auto": sharded when the training state is (data_parallel_shard_degree > 1).
     std::string format = "auto";
+    // torchtitan's: the save at the last step (training.steps) holds the
+    // model weights only, no optimizer state, stored as export_dtype
+    // ("float32", "bfloat16" or "float16"; sharded checkpoints: float32).
+    // A run stopped earlier saves as usual, so that it can resume.
+    bool last_save_model_weights_only = false;
+    std::string export_dtype = "float32";
     // Not a key: set where `load` was not given but found, the latest
     // checkpoint in the folder (train resumes from it), so that a load
     // error can say why that file was read.
@@ -197,6 +203,10 @@ JobConfig load_job_config(const std::string& path, const std::vector<std::string
 // (activation_checkpoint.cost_cache) while planning, before the dataset is
 // read, and named the same, it replaced the dataset.
 void note_job_inputs(const JobConfig& config);
+
+// checkpoint.format: "auto" follows the training state, which is sharded
+// only under data_parallel_shard_degree > 1.
+bool sharded_checkpoints(const JobConfig& config);
 
 // The largest training.threads accepted: 4 x the cores, at most 1024 (an
 // OpenMP pool of 100000 threads overflows the stack rather than failing).

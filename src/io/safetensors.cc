@@ -18,6 +18,7 @@
 #include "core/error.h"
 #include "core/progress.h"
 #include "io/files.h"
+#include "io/half_precision.h"
 #include "io/json_error.h"
 
 namespace remat {
@@ -57,25 +58,6 @@ int64_t checked_numel(const std::vector<int64_t>& shape, uint64_t limit) {
   return static_cast<int64_t>(n);
 }
 
-// IEEE binary16 to binary32, exactly (every half value is a float): the sign
-// moves up, the exponent is rebiased (15 -> 127), subnormals are normalised,
-// infinities and NaNs keep their class and payload.
-float f16_to_f32(uint16_t half) {
-  const uint32_t sign = static_cast<uint32_t>(half & 0x8000u) << 16;
-  const uint32_t exponent = (half >> 10) & 0x1fu;
-  uint32_t mantissa = half & 0x3ffu;
-  if (exponent == 0x1f) return std::bit_cast<float>(sign | 0x7f800000u | (mantissa << 13));
-  if (exponent != 0)
-    return std::bit_cast<float>(sign | ((exponent + 112) << 23) | (mantissa << 13));
-  if (mantissa == 0) return std::bit_cast<float>(sign);
-  uint32_t shifts = 0;  // a subnormal m * 2^-24: shift m up to 1.f x 2^10
-  while ((mantissa & 0x400u) == 0) {
-    mantissa <<= 1;
-    ++shifts;
-  }
-  return std::bit_cast<float>(sign | ((113 - shifts) << 23) | ((mantissa & 0x3ffu) << 13));
-}
-
 [[noreturn]] void fail(const std::string& path, const std::string& what) {
   throw InputError("safetensors file " + path + ": " + what);
 }
@@ -91,6 +73,50 @@ bool as_offset(const json& j, uint64_t& out) {
     return true;
   }
   return false;
+}
+
+}  // namespace
+
+const char* to_string(SafetensorsDtype dtype) {
+  switch (dtype) {
+    case SafetensorsDtype::kBF16:
+      return "BF16";
+    case SafetensorsDtype::kF16:
+      return "F16";
+    case SafetensorsDtype::kF32:
+      break;
+  }
+  return "F32";
+}
+
+namespace {
+
+uint64_t element_bytes(SafetensorsDtype dtype) { return dtype == SafetensorsDtype::kF32 ? 4 : 2; }
+
+// Passes the stored bytes of tensor t to `sink` (pointer, byte count) a
+// block at a time: F32's floats as they are, a half type's narrowed into a
+// bounded buffer (a gigabyte embedding needs no second copy of itself). The
+// writer runs it twice, for the checksum the header holds and for the data.
+template <typename Sink>
+void stored_bytes(const SafetensorsEntry& t, int64_t n, Sink sink) {
+  if (t.dtype == SafetensorsDtype::kF32) {
+    if (n > 0) sink(t.data, static_cast<uint64_t>(n) * 4);
+    return;
+  }
+  constexpr int64_t kBlock = 1 << 16;
+  std::vector<uint16_t> block(static_cast<size_t>(std::min(n, kBlock)));
+  const bool bf16 = t.dtype == SafetensorsDtype::kBF16;
+  for (int64_t i0 = 0; i0 < n; i0 += kBlock) {
+    const int64_t m = std::min(kBlock, n - i0);
+    for (int64_t i = 0; i < m; ++i) {
+      const float x = t.data[i0 + i];
+      if (!bf16 && !fits_f16(x))
+        throw std::invalid_argument("save_safetensors: '" + t.name + "' holds " +
+                                    std::to_string(x) + ", beyond F16's range");
+      block[static_cast<size_t>(i)] = bf16 ? f32_to_bf16(x) : f32_to_f16(x);
+    }
+    sink(block.data(), static_cast<uint64_t>(m) * 2);
+  }
 }
 
 }  // namespace
@@ -115,10 +141,13 @@ void save_safetensors(const std::string& path, const std::vector<SafetensorsEntr
     if (n < 0) throw std::invalid_argument("save_safetensors: shape of '" + t.name + "' overflows");
     if (n > 0 && t.data == nullptr)
       throw std::invalid_argument("save_safetensors: null data for '" + t.name + "'");
-    const uint64_t bytes = static_cast<uint64_t>(bytes_of(n, DType::kF32));
-    header[t.name] = {
-        {"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
-    all_metadata[kChecksumPrefix + t.name] = crc32c_hex(crc32c(t.data, bytes));
+    const uint64_t bytes = static_cast<uint64_t>(n) * element_bytes(t.dtype);
+    header[t.name] = {{"dtype", to_string(t.dtype)},
+                      {"shape", t.shape},
+                      {"data_offsets", {offset, offset + bytes}}};
+    uint32_t crc = 0;
+    stored_bytes(t, n, [&](const void* data, uint64_t size) { crc = crc32c(data, size, crc); });
+    all_metadata[kChecksumPrefix + t.name] = crc32c_hex(crc);
     sizes.push_back(bytes);
     offset += bytes;
   }
@@ -136,8 +165,11 @@ void save_safetensors(const std::string& path, const std::vector<SafetensorsEntr
   Progress progress("saving " + path, static_cast<int64_t>(offset), ProgressUnit::kBytes);
   uint64_t written = 0;
   for (size_t i = 0; i < tensors.size(); ++i) {
-    if (sizes[i] > 0) out.write(tensors[i].data, static_cast<int64_t>(sizes[i]));
-    progress.update(static_cast<int64_t>(written += sizes[i]));
+    const int64_t n = static_cast<int64_t>(sizes[i] / element_bytes(tensors[i].dtype));
+    stored_bytes(tensors[i], n, [&](const void* data, uint64_t size) {
+      out.write(data, static_cast<int64_t>(size));
+      progress.update(static_cast<int64_t>(written += size));
+    });
   }
   out.commit();
 }
@@ -222,7 +254,7 @@ SafetensorsReader::Info SafetensorsReader::parse_entry(const std::string& path,
     fail(path, where + "dtype " + json_excerpt(dtype) +
                    " is not supported, expected \"F32\" (fp32), or \"BF16\" or \"F16\" "
                    "(read as fp32)");
-  const uint64_t element_bytes = info.stored == Stored::kF32 ? 4 : 2;
+  const uint64_t stored_element_bytes = element_bytes(info.stored);
   if (!entry["shape"].is_array())
     fail(path, where + "shape must be an array of non-negative integers");
   for (const json& d : entry["shape"]) {
@@ -241,12 +273,12 @@ SafetensorsReader::Info SafetensorsReader::parse_entry(const std::string& path,
   if (end > data_size)
     fail(path, where + "data_offsets " + json_excerpt(offsets) + " lie outside the file (" +
                    std::to_string(data_size) + " data bytes after the header)");
-  const int64_t n = checked_numel(info.shape, data_size / element_bytes + 1);
-  if (n < 0 || static_cast<uint64_t>(n) * element_bytes != end - begin)
+  const int64_t n = checked_numel(info.shape, data_size / stored_element_bytes + 1);
+  if (n < 0 || static_cast<uint64_t>(n) * stored_element_bytes != end - begin)
     fail(path, where + "data_offsets " + json_excerpt(offsets) + " span " +
                    std::to_string(end - begin) + " bytes, but shape " + shape_string(info.shape) +
                    " of " + type + " needs " +
-                   (n < 0 ? std::string("more") : std::to_string(n * element_bytes)));
+                   (n < 0 ? std::string("more") : std::to_string(n * stored_element_bytes)));
   info.begin = data_start + begin;
   info.bytes = end - begin;
   return info;
@@ -360,7 +392,7 @@ void SafetensorsReader::read(const std::string& name, const std::vector<int64_t>
   // widened forward in place: element i's fp32 ends at byte 4i + 4, at or
   // before where element i + 1's stored bytes begin, so no extra buffer (a
   // model's embedding can be gigabytes).
-  const uint64_t n = t.stored == Stored::kF32 ? t.bytes / 4 : t.bytes / 2;
+  const uint64_t n = t.bytes / element_bytes(t.stored);
   unsigned char* stored = reinterpret_cast<unsigned char*>(dst) + (n * 4 - t.bytes);
   std::ifstream in(path_, std::ios::binary);
   if (!in) fail(path_, "cannot open for reading tensor '" + name + "'");
@@ -378,7 +410,7 @@ void SafetensorsReader::read(const std::string& name, const std::vector<int64_t>
   for (uint64_t i = 0; i < n; ++i) {
     uint16_t half = 0;
     std::memcpy(&half, stored + 2 * i, 2);
-    dst[i] = bf16 ? std::bit_cast<float>(static_cast<uint32_t>(half) << 16) : f16_to_f32(half);
+    dst[i] = bf16 ? bf16_to_f32(half) : f16_to_f32(half);
   }
 }
 

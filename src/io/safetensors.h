@@ -13,9 +13,11 @@
 // half-written checkpoint under the real name. Reading seeks to one tensor at
 // a time; files can be gigabytes.
 //
-// Element types: remat writes F32. It also reads BF16 and F16 tensors (weights
-// exported in half precision, as torchtitan's checkpoint.export_dtype does),
-// widened to fp32 on read: exact, every bf16 and fp16 value is an fp32 one.
+// Element types: remat writes F32, and BF16 or F16 where a tensor asks for
+// it (the final weights-only save, checkpoint.export_dtype, as torchtitan's).
+// It reads all three (weights exported in half precision by remat or
+// torchtitan), widened to fp32 on read: exact, every bf16 and fp16 value is
+// an fp32 one.
 //
 // Integrity: the writer stores each tensor's CRC-32C in the metadata as
 // "crc32c.<name>" (8 hex digits); read() checks it when present (files from
@@ -36,10 +38,19 @@
 
 namespace remat {
 
+// A tensor's element type in the file (its "dtype").
+enum class SafetensorsDtype : uint8_t { kF32, kBF16, kF16 };
+const char* to_string(SafetensorsDtype dtype);  // "F32", "BF16", "F16"
+
 struct SafetensorsEntry {
   std::string name;
   std::vector<int64_t> shape;
   const float* data;  // numel(shape) floats, not owned
+  // As stored: F32 is the floats as they are; BF16 and F16 round each to
+  // nearest, ties to even (io/half_precision.h). Finite values only: an F16
+  // one must fit (|x| < 65520, fits_f16); a value that does not is a
+  // std::invalid_argument (a programming error: callers check first).
+  SafetensorsDtype dtype = SafetensorsDtype::kF32;
 };
 
 // Writes `tensors` (in this order), their checksums and the optional string
@@ -70,7 +81,7 @@ class SafetensorsReader {
   void read(const std::string& name, const std::vector<int64_t>& expected_shape, float* dst) const;
 
  private:
-  enum class Stored : uint8_t { kF32, kBF16, kF16 };  // the file's element type
+  using Stored = SafetensorsDtype;
   struct Info {
     std::vector<int64_t> shape;
     Stored stored = Stored::kF32;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -13,6 +14,7 @@
 #include "core/error.h"
 #include "core/format.h"
 #include "core/progress.h"
+#include "io/half_precision.h"
 #include "io/safetensors.h"
 #include "train/numerics.h"
 
@@ -68,21 +70,24 @@ void write_checkpoint_file(const std::string& path, const std::vector<Safetensor
 }
 
 void save_checkpoint(const std::string& path, const ModelState& state, int64_t step,
-                     bool with_optimizer, const std::map<std::string, std::string>& run) {
+                     bool with_optimizer, const std::map<std::string, std::string>& run,
+                     SafetensorsDtype weights_dtype) {
   // The file is host data: every tensor is read through a host view (its own
   // bytes on the CPU), all alive until the file is written.
   std::vector<SafetensorsEntry> entries;
   std::vector<HostView> views;
-  auto add = [&](const std::string& name, const Shape& shape, const Tensor& t) {
+  auto add = [&](const std::string& name, const Shape& shape, const Tensor& t,
+                 SafetensorsDtype dtype) {
     views.emplace_back(*state.backend, t);
-    entries.push_back({name, shape, views.back().data()});
+    entries.push_back({name, shape, views.back().data(), dtype});
   };
   const auto& params = state.program->params;
-  for (size_t i = 0; i < params.size(); ++i) add(params[i].fqn, params[i].shape, state.params[i]);
+  for (size_t i = 0; i < params.size(); ++i)
+    add(params[i].fqn, params[i].shape, state.params[i], weights_dtype);
   if (with_optimizer && !state.exp_avg.empty()) {
     for (size_t i = 0; i < params.size(); ++i) {
-      add(kExpAvg + params[i].fqn, params[i].shape, state.exp_avg[i]);
-      add(kExpAvgSq + params[i].fqn, params[i].shape, state.exp_avg_sq[i]);
+      add(kExpAvg + params[i].fqn, params[i].shape, state.exp_avg[i], SafetensorsDtype::kF32);
+      add(kExpAvgSq + params[i].fqn, params[i].shape, state.exp_avg_sq[i], SafetensorsDtype::kF32);
     }
   }
   // A checkpoint is the state to go back to: it must never hold NaN or inf.
@@ -92,6 +97,22 @@ void save_checkpoint(const std::string& path, const ModelState& state, int64_t s
                                "' holds non-finite values");
   }
   write_checkpoint_file(path, entries, step, run, "checkpoint.folder");
+}
+
+std::optional<std::string> weight_beyond_f16(const ModelState& state) {
+  const auto& params = state.program->params;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const HostView view(*state.backend, state.params[i]);
+    const float* data = view.data();
+    const float* end = data + state.params[i].numel();
+    const float* beyond = std::find_if(data, end, [](float x) { return !fits_f16(x); });
+    if (beyond != end) {
+      char value[32];
+      std::snprintf(value, sizeof(value), "%g", static_cast<double>(*beyond));
+      return params[i].fqn + " holds " + value;
+    }
+  }
+  return std::nullopt;
 }
 
 namespace {

@@ -28,8 +28,15 @@ std::string checkpoint_name(int64_t step, bool sharded);
 std::optional<int64_t> checkpoint_step_of(const std::string& name);
 
 // `run` adds string metadata describing the run that saved (RunRecord).
+// The weights are stored as `weights_dtype` (the moments always F32): a
+// half type rounds them (checkpoint.export_dtype); an F16 save needs every
+// weight within its range (weight_beyond_f16).
 void save_checkpoint(const std::string& path, const ModelState& state, int64_t step,
-                     bool with_optimizer, const std::map<std::string, std::string>& run = {});
+                     bool with_optimizer, const std::map<std::string, std::string>& run = {},
+                     SafetensorsDtype weights_dtype = SafetensorsDtype::kF32);
+// The first weight too large for fp16 (|x| >= 65520, which rounds to
+// infinity), as "<fqn> holds <x>"; nullopt when every weight fits.
+std::optional<std::string> weight_beyond_f16(const ModelState& state);
 
 // InputError naming the checkpoint at `path` and its tensor `name` unless
 // all n values are finite (saves refuse NaN and inf, so a loaded one is damage

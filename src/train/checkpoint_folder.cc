@@ -98,11 +98,6 @@ std::string checkpoint_folder(const JobConfig& config) {
   return (std::filesystem::path(config.job.dump_folder) / config.checkpoint.folder).string();
 }
 
-bool sharded_checkpoints(const JobConfig& config) {
-  return config.checkpoint.format == "sharded" ||
-         (config.checkpoint.format == "auto" && config.parallelism.data_parallel_shard_degree > 1);
-}
-
 std::string checkpoint_path(const JobConfig& config, int64_t step, bool sharded) {
   return (std::filesystem::path(checkpoint_folder(config)) / checkpoint_name(step, sharded))
       .string();

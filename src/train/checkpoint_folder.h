@@ -15,10 +15,6 @@ namespace remat {
 
 std::string checkpoint_folder(const JobConfig& config);
 
-// checkpoint.format (io/config.h): "auto" follows the training state, which
-// is sharded only under data_parallel_shard_degree > 1.
-bool sharded_checkpoints(const JobConfig& config);
-
 // A save's name in the run's checkpoint folder (checkpoint_name).
 std::string checkpoint_path(const JobConfig& config, int64_t step, bool sharded);
 

@@ -360,6 +360,13 @@ class Trainer {
   void report_divergence(int64_t step, double loss, double grad_norm) const;
   RunRecord run_record() const;
   void save(int64_t step) const;
+  // Whether the save of `step` holds the weights only, as export_dtype
+  // (checkpoint.last_save_model_weights_only): the run's last step only, so
+  // a run stopped earlier saves what it resumes from.
+  bool weights_only_save(int64_t step) const {
+    return config_.checkpoint.last_save_model_weights_only && step == config_.training.steps;
+  }
+  SafetensorsDtype export_dtype(const ModelState& state) const;
   // Whether the state a save would write is finite on every rank (a
   // collective); reports the step whose update overflowed when not.
   bool finite_to_save(int64_t step) const;
@@ -757,12 +764,13 @@ RunRecord Trainer::run_record() const {
 // large checkpoint may take longer than a step's collectives may wait.
 void Trainer::save(int64_t step) const {
   const std::string path = checkpoint_path(config_, step, sharded_checkpoints_);
+  const bool with_optimizer = !weights_only_save(step);
+  SafetensorsDtype stored = SafetensorsDtype::kF32;  // the weights' type in the file
   comm_.set_timeout(config_.comm.init_timeout_seconds);
   if (sharded_checkpoints_ && session_.sharded &&
       session_.sharded->layout().ranks == checkpoint_layout_.ranks) {
     // Sharded over every rank: each rank writes the shards it holds, no gather.
-    const ReplicaShards mine = owned_shards_of(*session_.sharded, session_.state,
-                                               /*with_optimizer=*/true);
+    const ReplicaShards mine = owned_shards_of(*session_.sharded, session_.state, with_optimizer);
     save_sharded_checkpoint(path, mine.shards, step, run_record().metadata(), comm_);
   } else {
     // A sharded run (HSDP's shards follow its smaller groups, or a
@@ -772,20 +780,50 @@ void Trainer::save(int64_t step) const {
     std::optional<ModelState> gathered;
     if (sharded_) {
       gathered.emplace(setup_.program(), gathered_books, /*with_gradients=*/false);
-      sharded_->gather_full(*gathered, /*with_optimizer=*/true);
+      sharded_->gather_full(*gathered, with_optimizer);
     }
     const ModelState& state = gathered ? *gathered : session_.state;
     if (sharded_checkpoints_) {  // every rank writes the range it owns
-      const ReplicaShards mine = owned_shards_of(state, checkpoint_layout_, comm_.rank(),
-                                                 /*with_optimizer=*/true);
+      const ReplicaShards mine =
+          owned_shards_of(state, checkpoint_layout_, comm_.rank(), with_optimizer);
       save_sharded_checkpoint(path, mine.shards, step, run_record().metadata(), comm_);
     } else {
       // The replicas hold the same state: rank 0 writes it.
-      if (leads()) save_checkpoint(path, state, step, true, run_record().metadata());
+      if (leads()) {
+        if (!with_optimizer) stored = export_dtype(state);
+        save_checkpoint(path, state, step, with_optimizer, run_record().metadata(), stored);
+      }
       if (data_parallel_.ranks() > 1) comm_.barrier("wait for rank 0's checkpoint save");
     }
   }
   comm_.set_timeout(config_.comm.train_timeout_seconds);
+  if (!with_optimizer && leads()) {
+    std::printf(
+        "model weights written to %s as %s, without the optimizer state "
+        "(checkpoint.last_save_model_weights_only)\n",
+        path.c_str(),
+        stored == SafetensorsDtype::kBF16  ? "bfloat16"
+        : stored == SafetensorsDtype::kF16 ? "float16"
+                                           : "float32");
+  }
+}
+
+// checkpoint.export_dtype as the file's element type. fp16 tops out at
+// 65504: a weight beyond it would be written as infinity, a file no load
+// accepts, so the weights go out in fp32 instead, and the run says why.
+SafetensorsDtype Trainer::export_dtype(const ModelState& state) const {
+  const std::string& dtype = config_.checkpoint.export_dtype;
+  if (dtype == "bfloat16") return SafetensorsDtype::kBF16;
+  if (dtype != "float16") return SafetensorsDtype::kF32;
+  if (const std::optional<std::string> beyond = weight_beyond_f16(state)) {
+    std::fflush(stdout);
+    std::fprintf(stderr,
+                 "warning: checkpoint.export_dtype = \"float16\": %s, beyond float16's range "
+                 "(65504); the final weights are written in float32 instead\n",
+                 beyond->c_str());
+    return SafetensorsDtype::kF32;
+  }
+  return SafetensorsDtype::kF16;
 }
 
 // An update that overflowed (an absurd optimizer.lr) leaves inf in the
@@ -853,7 +891,7 @@ int Trainer::finish(int64_t step, bool diverged, int signal, int64_t abandoned_m
     const bool snapshots = saved_by_snapshots(step);
     diverged = !snapshots && !finite_to_save(step);
     if (!snapshots && !diverged) save(step);
-    if (!diverged)
+    if (!diverged && (snapshots || !weights_only_save(step)))  // save() said what it wrote
       std::printf("checkpoint written to %s%s\n",
                   checkpoint_path(config_, step, sharded_checkpoints_).c_str(),
                   snapshots ? " (by the snapshots forked at the signal)" : "");

@@ -31,7 +31,11 @@ checkpoints") under mpirun -np 2, and one process.
     so that Open MPI's SIGTERM leaves the ranks time): both ranks stop after
     the same step, save it (a complete sharded checkpoint: each rank's shard
     of that step and the index) and exit 143; resuming from it continues with the
-    bits of an uninterrupted run.
+    bits of an uninterrupted run;
+ 9. checkpoint.last_save_model_weights_only on 2 ZeRO-3 ranks: the last
+    step's save is a sharded checkpoint of the weights alone (its index says
+    so, its shards hold no moments), the save before it keeps the moments,
+    and its conversion holds the very weights of the usual run's last save.
 Exit 0 only if everything holds.
 """
 
@@ -50,6 +54,7 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.join(REPO, "tests", "oracle"))
 import test_llama3_oracle as oracle  # noqa: E402  (its model, and it checks torch)
+from compare import read_safetensors  # noqa: E402
 from mpi_kit import MPIRUN, check, failures, main_guarded, rank_pid, rel, run  # noqa: E402
 
 TOL = 1e-5
@@ -375,6 +380,36 @@ def ctrl_c(remat, tmp):
           f"from step {step}")
 
 
+def weights_only(remat, tmp):
+    extra = ["--training.steps", "4", "--checkpoint.enable", "true", "--checkpoint.interval", "2"]
+    run(command(remat, tmp, "usual", "llama3_debug.toml", 2, 2, extra, dp="shard"), "usual run")
+    run(command(remat, tmp, "weights_only", "llama3_debug.toml", 2, 2,
+                [*extra, "--checkpoint.last_save_model_weights_only", "true"], dp="shard"),
+        "weights-only run")
+    saves = {}
+    for step in (2, 4):
+        with open(os.path.join(folder(tmp, "weights_only", step), "index.json")) as f:
+            saves[step] = json.load(f)["with_optimizer"]
+    check("weights only: the step-2 save keeps the moments, the last (step 4) does not",
+          saves == {2: True, 4: False}, f"{saves}")
+    shard = os.path.join(folder(tmp, "weights_only", 4), "shard-0-of-2.safetensors")
+    with open(shard, "rb") as f:
+        header = json.loads(f.read(int.from_bytes(f.read(8), "little")))
+    check("weights only: the last save's shards hold params alone",
+          all(name.startswith("params.") for name in header if name != "__metadata__"),
+          f"{sorted(header)[:4]}")
+    files = []
+    for name in ("usual", "weights_only"):
+        files.append(os.path.join(tmp, name + "-4.safetensors"))
+        run([remat, "checkpoint", "convert", folder(tmp, name, 4), files[-1]], "convert " + name)
+    usual, exported = (read_safetensors(p) for p in files)
+    weights = {n: a for n, a in usual.items() if not n.startswith("optimizer.")}
+    check("weights only: converted, the usual run's last weights to the bit, no moments",
+          set(exported) == set(weights) and
+          all(exported[n].tobytes() == weights[n].tobytes() for n in weights),
+          f"{len(exported)} tensors, {len(weights)} weights")
+
+
 def main():
     remat = os.path.abspath(sys.argv[1])
     with tempfile.TemporaryDirectory(prefix="remat_sharded_") as tmp:
@@ -389,6 +424,7 @@ def main():
         damaged(remat, tmp, folder(tmp, "llama3", 4))
         killed_mid_save(remat, tmp)
         ctrl_c(remat, tmp)
+        weights_only(remat, tmp)
     return 1 if failures else 0
 
 

@@ -15,6 +15,7 @@
 
 #include "core/checksum.h"
 #include "core/error.h"
+#include "io/half_precision.h"
 
 namespace remat {
 namespace {
@@ -288,6 +289,63 @@ TEST_F(SafetensorsTest, HalfPrecisionIsWidenedExactly) {
       ASSERT_EQ(static_cast<double>(wide[h]), (h & 0x8000) ? -magnitude : magnitude) << h;
     }
   }
+}
+
+// Written as BF16 or F16: each value rounded to nearest even (io/
+// half_precision.h), 2 bytes an element, the checksum over those bytes, and
+// read back as the widened rounding; F32 beside them unchanged. A value
+// beyond fp16's range is the caller's error, caught before anything is
+// written.
+TEST_F(SafetensorsTest, WritesHalfPrecisionRoundedToNearestEven) {
+  std::vector<float> values(70000);
+  for (size_t i = 0; i < values.size(); ++i)
+    values[i] = std::ldexp(std::sin(static_cast<float>(i) * 0.37f), static_cast<int>(i % 31) - 20);
+  const std::vector<int64_t> shape = {7, 10000};
+  const std::string path = file("half.safetensors");
+  save_safetensors(path,
+                   {{"b", shape, values.data(), SafetensorsDtype::kBF16},
+                    {"h", shape, values.data(), SafetensorsDtype::kF16},
+                    {"f", shape, values.data()}},
+                   {{"note", "x"}});
+  const SafetensorsReader r = SafetensorsReader::open(path);
+  std::vector<float> got(values.size());
+  r.read("b", shape, got.data());
+  for (size_t i = 0; i < values.size(); ++i)
+    ASSERT_EQ(got[i], bf16_to_f32(f32_to_bf16(values[i]))) << "BF16 element " << i;
+  r.read("h", shape, got.data());
+  for (size_t i = 0; i < values.size(); ++i)
+    ASSERT_EQ(got[i], f16_to_f32(f32_to_f16(values[i]))) << "F16 element " << i;
+  r.read("f", shape, got.data());
+  EXPECT_EQ(got, values);
+  EXPECT_EQ(r.metadata().at("note"), "x");
+  // The header's dtypes and offsets, as another tool reads them.
+  std::ifstream in(path, std::ios::binary);
+  uint64_t length = 0;
+  in.read(reinterpret_cast<char*>(&length), 8);
+  std::string header(length, ' ');
+  in.read(header.data(), static_cast<std::streamsize>(length));
+  EXPECT_EQ(fs::file_size(path), 8 + length + 70000 * (2 + 2 + 4));
+  EXPECT_NE(header.find(R"("b":{"data_offsets":[0,140000],"dtype":"BF16")"), std::string::npos)
+      << header;
+  EXPECT_NE(header.find(R"("h":{"data_offsets":[140000,280000],"dtype":"F16")"), std::string::npos)
+      << header;
+  // A flipped stored byte fails the checksum.
+  {
+    std::fstream f(path, std::ios::binary | std::ios::in | std::ios::out);
+    f.seekp(static_cast<std::streamoff>(8 + length + 140000 + 5));
+    f.put('\x55');
+  }
+  expect_input_error([&] { SafetensorsReader::open(path).read("h", shape, got.data()); },
+                     {path, "'h'", "fails its checksum"});
+  const std::vector<float> big = {1.0f, 70000.0f};
+  const std::string overflow = file("overflow.safetensors");
+  EXPECT_THROW(save_safetensors(overflow, {{"x", {2}, big.data(), SafetensorsDtype::kF16}}),
+               std::invalid_argument);
+  EXPECT_FALSE(fs::exists(overflow));
+  save_safetensors(overflow, {{"x", {2}, big.data(), SafetensorsDtype::kBF16}});
+  std::vector<float> wide(2);
+  SafetensorsReader::open(overflow).read("x", {2}, wide.data());
+  EXPECT_EQ(wide, (std::vector<float>{1.0f, 70144.0f}));  // bf16 keeps 8 bits: 70000 -> 70144
 }
 
 TEST_F(SafetensorsTest, HalfPrecisionByteCountsAreTwoPerElement) {
