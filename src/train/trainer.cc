@@ -96,6 +96,24 @@ void check_run_targets(const JobConfig& config, int64_t start_step, int rank) {
     check_memory_snapshot_files(config, start_step + 1);
 }
 
+// checkpoint.export_dtype's names (PyTorch's) of the file's element types.
+constexpr std::pair<const char*, SafetensorsDtype> kExportDtypes[] = {
+    {"float32", SafetensorsDtype::kF32},
+    {"bfloat16", SafetensorsDtype::kBF16},
+    {"float16", SafetensorsDtype::kF16}};
+
+SafetensorsDtype export_dtype_named(const std::string& name) {
+  for (const auto& [known, dtype] : kExportDtypes)
+    if (name == known) return dtype;
+  return SafetensorsDtype::kF32;  // validated at start-up: not reached
+}
+
+const char* export_dtype_name(SafetensorsDtype dtype) {
+  for (const auto& [name, known] : kExportDtypes)
+    if (dtype == known) return name;
+  return "float32";
+}
+
 // What makes a job: its settings, all but the thread count (which changes
 // no bit). The ranks agree on them, and its checkpoints record their digest.
 RankSettings job_settings(const JobConfig& config) {
@@ -801,10 +819,7 @@ void Trainer::save(int64_t step) const {
     std::printf(
         "model weights written to %s as %s, without the optimizer state "
         "(checkpoint.last_save_model_weights_only)\n",
-        path.c_str(),
-        stored == SafetensorsDtype::kBF16  ? "bfloat16"
-        : stored == SafetensorsDtype::kF16 ? "float16"
-                                           : "float32");
+        path.c_str(), export_dtype_name(stored));
   }
 }
 
@@ -812,9 +827,8 @@ void Trainer::save(int64_t step) const {
 // 65504: a weight beyond it would be written as infinity, a file no load
 // accepts, so the weights go out in fp32 instead, and the run says why.
 SafetensorsDtype Trainer::export_dtype(const ModelState& state) const {
-  const std::string& dtype = config_.checkpoint.export_dtype;
-  if (dtype == "bfloat16") return SafetensorsDtype::kBF16;
-  if (dtype != "float16") return SafetensorsDtype::kF32;
+  const SafetensorsDtype dtype = export_dtype_named(config_.checkpoint.export_dtype);
+  if (dtype != SafetensorsDtype::kF16) return dtype;
   if (const std::optional<std::string> beyond = weight_beyond_f16(state)) {
     std::fflush(stdout);
     std::fprintf(stderr,
