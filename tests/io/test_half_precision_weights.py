@@ -19,37 +19,18 @@ independent conversion), and checks that
 Usage: test_half_precision_weights.py <path-to-remat>
 """
 import json
-import os
 import re
 import struct
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 import torch
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(REPO, "tests", "oracle"))
-from llama_ref import read_safetensors, write_safetensors  # noqa: E402
+from io_kit import check, exit_status, run
+from llama_ref import read_safetensors, write_safetensors  # tests/oracle, on the path io_kit set
 
-REMAT = sys.argv[1]
-SMALL = ["--config", "configs/llama3_debug.toml", "--training.local_batch_size", "2",
-         "--training.seq_len", "64", "--metrics.log_freq", "1", "--metrics.peak_flops", "1e11",
-         "--training.threads", "2"]
 STORED = {torch.bfloat16: "BF16", torch.float16: "F16"}
-failures = []
-
-
-def check(ok, what):
-    print(("ok   " if ok else "FAIL ") + what)
-    if not ok:
-        failures.append(what)
-
-
-def run(args, tmp):
-    return subprocess.run([REMAT, *args, *SMALL, "--job.dump_folder", str(tmp)],
-                          capture_output=True, text=True)
 
 
 def write_half(path, tensors, dtype):
@@ -125,8 +106,7 @@ def main():
         p = run(["eval", "--checkpoint.load", str(bad), "--validation.dataset", str(data)], tmp)
         check(p.returncode == 2 and first in p.stderr and "validation loss" not in p.stdout,
               f"an fp16 infinity is refused (exit {p.returncode}): {p.stderr.strip()[-200:]}")
-    print(f"{len(failures)} failure(s)")
-    return 1 if failures else 0
+    return exit_status()
 
 
 if __name__ == "__main__":

@@ -19,10 +19,8 @@ independent conversion. Checked:
 Usage: test_weights_only_export.py <path-to-remat>
 """
 import json
-import os
 import re
 import struct
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -30,28 +28,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(REPO, "tests", "oracle"))
-from llama_ref import read_safetensors, write_safetensors  # noqa: E402
+from io_kit import check, exit_status
+from io_kit import run as run_small
+from llama_ref import read_safetensors, write_safetensors  # tests/oracle, on the path io_kit set
 
-REMAT = sys.argv[1]
-SMALL = ["--config", "configs/llama3_debug.toml", "--training.local_batch_size", "2",
-         "--training.seq_len", "64", "--metrics.log_freq", "1", "--metrics.peak_flops", "1e11",
-         "--training.threads", "2", "--checkpoint.enable", "true", "--checkpoint.interval", "2"]
+CHECKPOINTS = ["--checkpoint.enable", "true", "--checkpoint.interval", "2"]
 EXPORTS = {"float32": ("F32", torch.float32), "bfloat16": ("BF16", torch.bfloat16),
            "float16": ("F16", torch.float16)}
-failures = []
-
-
-def check(ok, what):
-    print(("ok   " if ok else "FAIL ") + what)
-    if not ok:
-        failures.append(what)
 
 
 def run(args, tmp):
-    return subprocess.run([REMAT, *args, *SMALL, "--job.dump_folder", str(tmp)],
-                          capture_output=True, text=True)
+    return run_small(args, tmp, CHECKPOINTS)
 
 
 def stored(path):
@@ -123,8 +110,7 @@ def main():
               "float32 instead" in p.stderr and {e[0] for e in last.values()} == {"F32"},
               f"a weight beyond fp16's range: a warning naming it, the weights in F32 "
               f"(exit {p.returncode}): {p.stderr.strip()[-300:]}")
-    print(f"{len(failures)} failure(s)")
-    return 1 if failures else 0
+    return exit_status()
 
 
 if __name__ == "__main__":
