@@ -1,7 +1,6 @@
 #include "io/safetensors.h"
 
 #include <algorithm>
-#include <bit>
 #include <charconv>
 #include <cstdio>
 #include <cstring>
@@ -14,7 +13,6 @@
 #include <system_error>
 
 #include "core/checksum.h"
-#include "core/dtype.h"
 #include "core/error.h"
 #include "core/progress.h"
 #include "io/files.h"
@@ -246,11 +244,12 @@ SafetensorsReader::Info SafetensorsReader::parse_entry(const std::string& path,
   const json& dtype = entry["dtype"];
   Info info;
   const std::string type = dtype.is_string() ? dtype.get<std::string>() : std::string();
-  if (type == "BF16")
-    info.stored = Stored::kBF16;
-  else if (type == "F16")
-    info.stored = Stored::kF16;
-  else if (type != "F32")
+  const Stored kinds[] = {Stored::kF32, Stored::kBF16, Stored::kF16};
+  const Stored* kind = std::find_if(std::begin(kinds), std::end(kinds),
+                                    [&](Stored k) { return type == to_string(k); });
+  if (kind != std::end(kinds))
+    info.stored = *kind;
+  else
     fail(path, where + "dtype " + json_excerpt(dtype) +
                    " is not supported, expected \"F32\" (fp32), or \"BF16\" or \"F16\" "
                    "(read as fp32)");
