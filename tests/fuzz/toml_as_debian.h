@@ -16,7 +16,7 @@
 // "t = [}", a date-time with a NUL after its 'T'); its parser then reports a
 // syntax error, so remat exits 2 (tests/io/config_test.cc). Where a broken
 // precondition reached real undefined behaviour, remat's lexical pre-scan
-// (src/io/config.cc, check_toml_lexically_safe) keeps the input from toml++.
+// (src/io/config_toml.cc, check_toml_lexically_safe) keeps the input from toml++.
 #pragma once
 
 #define TOML_ASSERT(expr) static_cast<void>(0)
