@@ -7,47 +7,22 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
-#include <map>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
-#include <vector>
 
 #include "core/error.h"
 #include "core/format.h"
-#include "core/host_memory.h"
-#include "generate/sampler.h"
-#include "io/dataset.h"
-#include "io/files.h"
-#include "io/safetensors.h"
-#include "io/tokenizer.h"
-#include "kernels/cpu/bf16.h"
-#include "kernels/cpu/gemm_fp32.h"
 #include "kernels/cpu/kernels.h"
 #include "planner/job_options.h"
 #include "planner/plan_command.h"
-#include "planner/setup.h"
-#include "runtime/shard_layout.h"
-#include "train/checkpoint.h"
 #include "train/checkpoint_folder.h"
-#include "train/data_parallel.h"
-#include "train/load_balance.h"
-#include "train/lr_schedule.h"
 #include "train/memory_snapshot.h"
-#include "train/metrics.h"
 #include "train/numerics.h"
-#include "train/optimizer.h"
-#include "train/profile_trace.h"
 #include "train/resume.h"
-#include "train/run_start.h"
-#include "train/sample.h"
-#include "train/session.h"
-#include "train/sharded_training.h"
-#include "train/stop_signal.h"
-#include "train/stop_snapshot.h"
-#include "train/validation.h"
+#include "train/trainer_parts.h"
 
 namespace remat {
 
@@ -67,125 +42,9 @@ bool snapshots_on_signal(const JobConfig& config, const Communicator& comm,
          own_shard_layout(comm, session);
 }
 
-// checkpoint.export_dtype's names (PyTorch's) of the file's element types.
-constexpr std::pair<const char*, SafetensorsDtype> kExportDtypes[] = {
-    {"float32", SafetensorsDtype::kF32},
-    {"bfloat16", SafetensorsDtype::kBF16},
-    {"float16", SafetensorsDtype::kF16}};
+}  // namespace
 
-SafetensorsDtype export_dtype_named(const std::string& name) {
-  for (const auto& [known, dtype] : kExportDtypes)
-    if (name == known) return dtype;
-  return SafetensorsDtype::kF32;  // validated at start-up: not reached
-}
-
-const char* export_dtype_name(SafetensorsDtype dtype) {
-  for (const auto& [name, known] : kExportDtypes)
-    if (dtype == known) return name;
-  return "float32";
-}
-
-using Clock = std::chrono::steady_clock;
-
-// The steps since the last logged one, which the next log line averages over.
-struct MetricsWindow {
-  Clock::time_point start = Clock::now();
-  int64_t start_faults = process_minor_faults();
-  int64_t tokens = 0, peak = 0, recompute_flops = 0, max_activations = 0;
-};
-
-// A training run over a session and a data loader that run_train has built
-// and checked; train() steps from `start_step` to training.steps, validating
-// every validation.freq steps when given a validator.
-class Trainer {
- public:
-  // `loader` reads the global batch (data_parallel.h); this rank trains on
-  // its rows.
-  // `sharded`: the run's sharded training (null: not sharded).
-  Trainer(const JobConfig& config, const Setup& setup, Session& session, BatchLoader& loader,
-          Validator* validator, int64_t start_step, int threads, Communicator& comm,
-          ShardedTraining* sharded);
-  // Returns the exit status: 0, 1 when a step's loss or gradient norm is not
-  // finite, 128 + the signal when stopped by SIGINT or SIGTERM.
-  int train();
-
- private:
-  // How a step ended: kAbandoned when a stop signal came between two of its
-  // microbatches (the state is that of the step before).
-  enum class StepEnd { kCompleted, kDiverged, kAbandoned };
-  StepEnd train_step(int64_t step, const StopSignals& stop, int& signal);
-  void abandon_step(int64_t first_window);
-  double run_executor(int64_t step, int64_t microbatch, const Batch& batch);
-  void update(int64_t step, float grad_scale);
-  void write_snapshot(int64_t step) const;
-  bool saved_by_snapshots(int64_t step) const;
-  int agreed_stop(const StopSignals& stop) const;
-  void record_step(int64_t tokens);
-  void log_step(int64_t step, double loss, double grad_norm, const MoeLoad& moe);
-  void validate(int64_t step);
-  void sample(int64_t step);
-  void report_divergence(int64_t step, double loss, double grad_norm) const;
-  RunRecord run_record() const;
-  void save(int64_t step) const;
-  // Whether the save of `step` holds the weights only, as export_dtype
-  // (checkpoint.last_save_model_weights_only): the run's last step only, so
-  // a run stopped earlier saves what it resumes from.
-  bool weights_only_save(int64_t step) const {
-    return config_.checkpoint.last_save_model_weights_only && step == config_.training.steps;
-  }
-  SafetensorsDtype export_dtype(const ModelState& state) const;
-  // Whether the state a save would write is finite on every rank (a
-  // collective); reports the step whose update overflowed when not.
-  bool finite_to_save(int64_t step) const;
-  int finish(int64_t step, bool diverged, int signal, int64_t abandoned_microbatches) const;
-  void print_memory(int64_t step) const;
-  void print_communication() const;
-  void print_parts_per_rank() const;
-  bool leads() const { return comm_.rank() == 0; }  // writes files for the run
-  void print_profile(int64_t step) const;
-
-  const JobConfig& config_;
-  const Setup& setup_;
-  Session& session_;
-  BatchLoader& loader_;
-  Communicator& comm_;
-  DataParallel data_parallel_;
-  ShardedTraining* const sharded_;  // null: not sharded
-  const bool sharded_checkpoints_;
-  const std::string settings_digest_;            // of state_settings(): what its checkpoints record
-  const ShardLayout checkpoint_layout_;          // of sharded checkpoints: over this run's ranks
-  Validator* const validator_;                   // null: no validation
-  std::unique_ptr<Tokenizer> sample_tokenizer_;  // null: metrics.sample_freq = 0
-  const int64_t start_step_;
-  // Gradient accumulation: forward and backward passes per optimizer step,
-  // each on a batch of ranks x local_batch_size (training.global_batch_size).
-  const int64_t microbatches_;
-  // Whether the data-parallel all-reduces run during this pass: only in a
-  // step's last microbatch, once the gradients hold every microbatch's sum.
-  bool reduces_in_this_pass_ = true;
-  int64_t microbatches_done_ = 0;  // of the step in progress
-  DevicePeak peak_;
-  const int64_t flops_per_token_;
-  // profiling.enable_profiling (or REMAT_PROFILE=1) prints where the steps'
-  // time went, per phase and op, at the end.
-  const bool profile_ = profiling_on(config_);
-  // torchtitan's coloured log line, on a terminal only (under mpirun the
-  // rank's stdout is mpirun's pseudo-terminal whatever mpirun writes to).
-  const bool color_ =
-      !config_.metrics.disable_color_printing && isatty(STDOUT_FILENO) && !comm_.launched_by_mpi();
-  const LrSchedule lr_;
-  const AdamWConfig adamw_;
-  std::vector<int32_t> inputs_, targets_;  // the global batch
-  LineLog metrics_log_;
-  MetricsWindow window_;
-  int64_t run_peak_ = 0;        // the allocator's peak over all steps
-  MemorySnapshot run_at_peak_;  // the training steps' highest peak, by category
-  Clock::time_point train_start_;
-  std::map<std::string, double> profile_seconds_;
-  // Null unless a stop signal forks snapshots (snapshots_on_signal).
-  std::unique_ptr<StopSnapshot> snapshot_;
-  RunRecord committed_run_;  // run_record() after the last committed step: what a snapshot saves
-};
+namespace trainer_parts {
 
 Trainer::Trainer(const JobConfig& config, const Setup& setup, Session& session, BatchLoader& loader,
                  Validator* validator, int64_t start_step, int threads, Communicator& comm,
@@ -372,19 +231,6 @@ void Trainer::update(int64_t step, float grad_scale) {
   snapshot_->committed(step);
 }
 
-// Runs in a snapshot's child (StopSnapshot): this rank's shard of the state
-// after `step`, what save() writes at a boundary, under a temporary name of
-// its own (the rank's save of the same step may be writing too).
-void Trainer::write_snapshot(int64_t step) const {
-  const ReplicaShards mine =
-      session_.sharded ? owned_shards_of(*session_.sharded, session_.state, /*with_optimizer=*/true)
-                       : owned_shards_of(session_.state, checkpoint_layout_, comm_.rank(),
-                                         /*with_optimizer=*/true);
-  write_shard_and_index_if_complete(checkpoint_path(config_, step, /*sharded=*/true), mine.shards,
-                                    step, committed_run_.metadata(),
-                                    "snapshot-" + std::to_string(::getpid()));
-}
-
 // Forward and backward on this step's batch. With
 // profiling.enable_memory_snapshot the run's first step is measured as it
 // runs and written as a memory timeline (by rank 0 under mpirun).
@@ -431,317 +277,9 @@ void Trainer::record_step(int64_t tokens) {
   for (const auto& [op, seconds] : counts.seconds_by_op) profile_seconds_[op] += seconds;
 }
 
-// The log line and the metrics JSONL line, averaged over the window.
-void Trainer::log_step(int64_t step, double loss, double grad_norm, const MoeLoad& moe) {
-  const double seconds = std::chrono::duration<double>(Clock::now() - window_.start).count();
-  StepMetrics m;
-  m.step = step;
-  m.loss = loss;
-  m.grad_norm = grad_norm;
-  // Under data parallelism: the largest rank's peak (describe_data_parallel).
-  m.peak_bytes = data_parallel_.ranks() > 1 ? comm_.max(window_.peak, "all-reduce of the peaks")
-                                            : window_.peak;
-  m.device_bytes = physical_memory_bytes();
-  m.tokens_per_second = static_cast<double>(window_.tokens) / seconds;
-  m.model_flops_per_second = m.tokens_per_second * static_cast<double>(flops_per_token_);
-  m.hardware_flops_per_second =
-      m.model_flops_per_second + static_cast<double>(window_.recompute_flops) / seconds;
-  peak_.raise_to(m.hardware_flops_per_second, step);
-  m.peak_flops = peak_.flops;
-  m.lr = lr_.at(step);
-  m.minor_faults = process_minor_faults() - window_.start_faults;
-  std::string extra = format_moe_load(moe);
-  if (data_parallel_.ranks() > 1) {
-    const double global_tps = m.tokens_per_second * data_parallel_.ranks();
-    extra = "global tps: " + with_thousands(static_cast<int64_t>(global_tps + 0.5)) +
-            (extra.empty() ? "" : "  " + extra);
-  }
-  std::printf("%s%s%s\n", format_log_line(m, color_).c_str(), extra.empty() ? "" : "  ",
-              extra.c_str());
-  std::fflush(stdout);
-  if (metrics_log_.is_open()) {
-    metrics_log_.write_line(metrics_json(
-        m, session_.allocator.at_peak()[MemoryCategory::kActivations], window_.max_activations));
-  }
-  window_ = MetricsWindow{};
-}
+}  // namespace trainer_parts
 
-// torchtitan's validation line, and a JSONL record of its own kind. The
-// pass's peak counts towards the run's (print_memory); the next step resets
-// the allocator's peak, and its time is left out of the metrics window, so
-// the training metrics (memory, tps, MFU) never include it.
-void Trainer::validate(int64_t step) {
-  const Clock::time_point start = Clock::now();
-  const double loss = validator_->run();
-  window_.start += Clock::now() - start;
-  run_peak_ = std::max(run_peak_, session_.allocator.peak());
-  std::printf("validate step: %2lld  loss: %7.4f\n", static_cast<long long>(step), loss);
-  std::fflush(stdout);
-  if (metrics_log_.is_open()) {
-    metrics_log_.write_line(validation_json(step, loss));
-  }
-}
-
-// As validate(): the sample's memory counts towards the run's peak, not the
-// step's, and its time is left out of the metrics window.
-void Trainer::sample(int64_t step) {
-  const Clock::time_point start = Clock::now();
-  std::string text;
-  try {
-    text = training_sample(config_, session_.state, session_.allocator, *sample_tokenizer_);
-  } catch (const NonFiniteLogits&) {
-    // The update overflowed: the next step's loss stops the run, saying so.
-    text = "(none: the logits are not finite)";
-  }
-  window_.start += Clock::now() - start;
-  run_peak_ = std::max(run_peak_, session_.allocator.peak());
-  std::printf("sample step: %2lld  %s\n", static_cast<long long>(step), text.c_str());
-  std::fflush(stdout);
-}
-
-void Trainer::report_divergence(int64_t step, double loss, double grad_norm) const {
-  std::fflush(stdout);
-  std::fprintf(stderr,
-               "error: %s; training stopped before this step's optimizer update, and no "
-               "checkpoint is written for it (lower optimizer.lr or training.max_norm, or resume "
-               "from an earlier "
-               "checkpoint)\n",
-               non_finite_step_message(step, loss, grad_norm, setup_.program(),
-                                       *session_.state.backend, session_.state.grads)
-                   .c_str());
-}
-
-// What a checkpoint records about this run, as it stands now.
-RunRecord Trainer::run_record() const {
-  const auto& t = config_.training;
-  RunRecord r;
-  r.steps = t.steps;
-  r.local_batch_size = t.local_batch_size;
-  r.seq_len = t.seq_len;
-  r.windows = loader_.num_windows();
-  r.next_window = loader_.position();
-  r.ranks = data_parallel_.ranks();
-  r.microbatches = microbatches_;
-  r.settings_digest = settings_digest_;
-  return r;
-}
-
-// A resumable checkpoint, with what it records about this run (RunRecord).
-// The ranks wait for each other's writes under the start-up bound: writing a
-// large checkpoint may take longer than a step's collectives may wait.
-void Trainer::save(int64_t step) const {
-  const std::string path = checkpoint_path(config_, step, sharded_checkpoints_);
-  const bool with_optimizer = !weights_only_save(step);
-  SafetensorsDtype stored = SafetensorsDtype::kF32;  // the weights' type in the file
-  comm_.set_timeout(config_.comm.init_timeout_seconds);
-  if (sharded_checkpoints_ && session_.sharded &&
-      session_.sharded->layout().ranks == checkpoint_layout_.ranks) {
-    // Sharded over every rank: each rank writes the shards it holds, no gather.
-    const ReplicaShards mine = owned_shards_of(*session_.sharded, session_.state, with_optimizer);
-    save_sharded_checkpoint(path, mine.shards, step, run_record().metadata(), comm_);
-  } else {
-    // A sharded run (HSDP's shards follow its smaller groups, or a
-    // single-file save) gathers its state first, every rank taking part,
-    // outside the run's books.
-    Allocator gathered_books;
-    std::optional<ModelState> gathered;
-    if (sharded_) {
-      gathered.emplace(setup_.program(), gathered_books, /*with_gradients=*/false);
-      sharded_->gather_full(*gathered, with_optimizer);
-    }
-    const ModelState& state = gathered ? *gathered : session_.state;
-    if (sharded_checkpoints_) {  // every rank writes the range it owns
-      const ReplicaShards mine =
-          owned_shards_of(state, checkpoint_layout_, comm_.rank(), with_optimizer);
-      save_sharded_checkpoint(path, mine.shards, step, run_record().metadata(), comm_);
-    } else {
-      // The replicas hold the same state: rank 0 writes it.
-      if (leads()) {
-        if (!with_optimizer) stored = export_dtype(state);
-        save_checkpoint(path, state, step, with_optimizer, run_record().metadata(), stored);
-      }
-      if (data_parallel_.ranks() > 1) comm_.barrier("wait for rank 0's checkpoint save");
-    }
-  }
-  comm_.set_timeout(config_.comm.train_timeout_seconds);
-  if (!with_optimizer && leads()) {
-    std::printf(
-        "model weights written to %s as %s, without the optimizer state "
-        "(checkpoint.last_save_model_weights_only)\n",
-        path.c_str(), export_dtype_name(stored));
-  }
-}
-
-// checkpoint.export_dtype as the file's element type. fp16 tops out at
-// 65504: a weight beyond it would be written as infinity, a file no load
-// accepts, so the weights go out in fp32 instead, and the run says why.
-SafetensorsDtype Trainer::export_dtype(const ModelState& state) const {
-  const SafetensorsDtype dtype = export_dtype_named(config_.checkpoint.export_dtype);
-  if (dtype != SafetensorsDtype::kF16) return dtype;
-  if (const std::optional<std::string> beyond = weight_beyond_f16(state)) {
-    std::fflush(stdout);
-    std::fprintf(stderr,
-                 "warning: checkpoint.export_dtype = \"float16\": %s, beyond float16's range "
-                 "(65504); the final weights are written in float32 instead\n",
-                 beyond->c_str());
-    return SafetensorsDtype::kF32;
-  }
-  return SafetensorsDtype::kF16;
-}
-
-// An update that overflowed (an absurd optimizer.lr) leaves inf in the
-// weights a step before any loss shows it, and no checkpoint may hold one.
-// Checked where a save would write, not after every update: a scan of the
-// whole state each step would cost a pass over it.
-bool Trainer::finite_to_save(int64_t step) const {
-  bool finite = true;
-  auto scan = [&](std::span<const float> values) {
-    finite = finite && all_finite(values.data(), std::ssize(values));
-  };
-  if (session_.sharded) {
-    const ReplicaShards mine =
-        owned_shards_of(*session_.sharded, session_.state, /*with_optimizer=*/true);
-    for (const auto* part : {&mine.shards.params, &mine.shards.exp_avg, &mine.shards.exp_avg_sq})
-      for (std::span<const float> values : *part) scan(values);
-  } else {
-    const ModelState& state = session_.state;
-    for (const auto* part : {&state.params, &state.exp_avg, &state.exp_avg_sq})
-      for (const Tensor& t : *part)
-        if (t.defined()) scan({HostView(*state.backend, t).data(), static_cast<size_t>(t.numel())});
-  }
-  if (comm_.size() > 1) finite = comm_.min(finite ? 1 : 0, "agreement on a finite state") == 1;
-  if (finite) return true;
-  std::fflush(stdout);
-  std::fprintf(stderr,
-               "error: step %lld's optimizer update (optimizer.lr %g) left NaN or inf in the "
-               "weights or AdamW moments; training stopped and no checkpoint is written for it "
-               "(lower optimizer.lr, or resume from an earlier checkpoint)\n",
-               static_cast<long long>(step), lr_.at(step));
-  return false;
-}
-
-// After a stop signal every rank forks a snapshot of each step it completes
-// (StopSnapshot): when every rank's child of this step wrote its shard, the
-// last of them wrote the index, and a save would only write the same bytes
-// again, first removing that index (save_sharded_checkpoint), which a
-// SIGKILL during the save would then lose. A collective: the ranks agree.
-bool Trainer::saved_by_snapshots(int64_t step) const {
-  if (!snapshot_) return false;
-  comm_.set_timeout(config_.comm.init_timeout_seconds);  // the wait includes the child's write
-  const bool saved = comm_.min(snapshot_->wait(step) ? 1 : 0, "agreement on the stop snapshots");
-  comm_.set_timeout(config_.comm.train_timeout_seconds);
-  return saved;
-}
-
-int Trainer::finish(int64_t step, bool diverged, int signal, int64_t abandoned_microbatches) const {
-  if (signal && abandoned_microbatches > 0) {
-    std::printf(
-        "interrupted by %s during step %lld, after %lld of its %lld microbatches: the step is "
-        "dropped (a resumed run reads its batches again); stopping after step %lld\n",
-        StopSignals::name(signal), static_cast<long long>(step + 1),
-        static_cast<long long>(abandoned_microbatches), static_cast<long long>(microbatches_),
-        static_cast<long long>(step));
-  } else if (signal) {
-    std::printf("interrupted by %s: stopping after step %lld\n", StopSignals::name(signal),
-                static_cast<long long>(step));
-  }
-  // The final save runs with the handlers still installed: a second Ctrl-C
-  // cannot cut it short.
-  if (!diverged && config_.checkpoint.enable && step > start_step_ &&
-      step % config_.checkpoint.interval != 0) {
-    // The signal may have reached other ranks only, or not yet the watcher.
-    if (signal && snapshot_) snapshot_->start();
-    const bool snapshots = saved_by_snapshots(step);
-    diverged = !snapshots && !finite_to_save(step);
-    if (!snapshots && !diverged) save(step);
-    if (!diverged && (snapshots || !weights_only_save(step)))  // save() said what it wrote
-      std::printf("checkpoint written to %s%s\n",
-                  checkpoint_path(config_, step, sharded_checkpoints_).c_str(),
-                  snapshots ? " (by the snapshots forked at the signal)" : "");
-  }
-  if (data_parallel_.ranks() > 1) {
-    data_parallel_.check_replicas("at the end");
-    print_communication();
-  }
-  print_memory(step);
-  if (profile_) print_profile(step);
-  if (diverged) return 1;
-  if (signal) {
-    std::printf("exit status %d: interrupted run (128 + %s)\n", 128 + signal,
-                StopSignals::name(signal));
-    return 128 + signal;
-  }
-  return 0;
-}
-
-// What memory.limit bounds (the allocator's books) next to what the
-// operating system saw (README "What memory.limit bounds").
-void Trainer::print_memory(int64_t step) const {
-  if (data_parallel_.ranks() > 1) {
-    const std::vector<int64_t> peaks = comm_.all_gather(run_peak_, "all-gather of the peaks");
-    std::string text;
-    for (size_t r = 0; r < peaks.size(); ++r)
-      text += (r ? ", rank " : "rank ") + std::to_string(r) + " " + with_thousands(peaks[r]);
-    std::printf("memory per rank: allocator peak bytes %s\n", text.c_str());
-    print_parts_per_rank();
-  }
-  const int64_t rss = process_peak_rss_bytes();
-  if (step <= start_step_ || rss <= 0) return;
-  // The allocator never returns a freed buffer to malloc (it caches it for
-  // the next step), so reserved() now is the most it ever held.
-  const int64_t reserved = session_.allocator.reserved();
-  std::printf(
-      "memory: allocator peak %s (%s bytes; what memory.limit bounds), reserved %s "
-      "(%s bytes, with its cache of freed buffers), process peak RSS %s (%s bytes, "
-      "VmHWM), %s more than the allocator peak\n",
-      format_bytes(run_peak_).c_str(), with_thousands(run_peak_).c_str(),
-      format_bytes(reserved).c_str(), with_thousands(reserved).c_str(), format_bytes(rss).c_str(),
-      with_thousands(rss).c_str(), format_bytes(rss - run_peak_).c_str());
-}
-
-// What each rank held at its training steps' peak, by memory category (the
-// parts `remat plan` predicts).
-void Trainer::print_parts_per_rank() const {
-  std::vector<std::vector<int64_t>> parts;
-  for (int c = 0; c < kNumMemoryCategories; ++c)
-    parts.push_back(comm_.all_gather(run_at_peak_.bytes[c], "all-gather of the peak's parts"));
-  std::string text;
-  for (int r = 0; r < comm_.size(); ++r) {
-    text += (r ? "; rank " : "rank ") + std::to_string(r);
-    for (int c = 0; c < kNumMemoryCategories; ++c)
-      text += std::string(c ? ", " : " ") + to_string(static_cast<MemoryCategory>(c)) + " " +
-              with_thousands(parts[c][r]);
-  }
-  std::printf("memory per rank at the step peak: %s\n", text.c_str());
-}
-
-// How long each rank waited in collectives: the communication not hidden
-// behind compute (bench/data_parallel.py reads this line).
-void Trainer::print_communication() const {
-  const double seconds = std::chrono::duration<double>(Clock::now() - train_start_).count();
-  const std::vector<double> waits =
-      comm_.all_gather(comm_.wait_seconds() + (sharded_ ? sharded_->group_wait_seconds() : 0),
-                       "all-gather of the wait times");
-  std::string text;
-  for (size_t r = 0; r < waits.size(); ++r) {
-    char part[64];
-    std::snprintf(part, sizeof part, "%srank %zu %.3f s (%.1f%%)", r ? ", " : "", r, waits[r],
-                  100.0 * waits[r] / seconds);
-    text += part;
-  }
-  std::printf("communication: waited in collectives %s of %.3f s of training\n", text.c_str(),
-              seconds);
-}
-
-void Trainer::print_profile(int64_t step) const {
-  double total = 0;
-  for (const auto& [op, seconds] : profile_seconds_) total += seconds;
-  std::printf("profile (%lld steps, %.3f s in ops):\n", static_cast<long long>(step - start_step_),
-              total);
-  for (const auto& [op, seconds] : profile_seconds_) {
-    std::printf("  %-28s %9.3f s  %5.1f%%\n", op.c_str(), seconds, 100.0 * seconds / total);
-  }
-}
+namespace {
 
 // Ctrl-C on mpirun reaches the ranks as Open MPI's SIGTERM, followed by
 // SIGKILL odls_base_sigkill_timeout seconds later (1 unless set; mpirun
@@ -858,8 +396,8 @@ int run_train(const JobConfig& config, Communicator& comm) {
                                             std::move(validation_data));
     print_validation(config, setup, *validator);
   }
-  Trainer trainer(config, setup, session, *loader, validator.get(), start_step, threads, comm,
-                  sharded.get());
+  trainer_parts::Trainer trainer(config, setup, session, *loader, validator.get(), start_step,
+                                 threads, comm, sharded.get());
   return trainer.train();
 }
 
