@@ -116,6 +116,13 @@ struct JobConfig {
     // Every sample_freq steps `train` prints a short sample of the model's
     // text (as llm.c does); 0: never.
     int64_t sample_freq = 0;
+    // TensorBoard event files of the logged steps' metrics, as torchtitan
+    // writes them: under <job.dump_folder>/<save_tb_folder>/<YYYYmmdd-HHMM>/
+    // (the run's start, local time), by rank 0, or by every rank into a
+    // rank_<r> folder of its own with save_for_all_ranks.
+    bool enable_tensorboard = false;
+    std::string save_tb_folder = "tb";
+    bool save_for_all_ranks = false;
   } metrics;
   struct Checkpoint {
     bool enable = false;                // also read as torchtitan's enable_checkpoint

@@ -24,8 +24,6 @@ namespace {
 // torchtitan's order.
 constexpr ForeignKey kTorchtitanOnly[] = {
     {"job", "use_for_integration_test", 'b', "not built", "false"},
-    {"metrics", "enable_tensorboard", 'b', "not built", "false"},
-    {"metrics", "save_tb_folder", 's', "not built", ""},
     {"metrics", "enable_wandb", 'b', "not built", "false"},
     {"training", "compile", 'b', "GPU-only", "false"},
     {"parallelism", "fsdp_reshard_after_forward", 's', "not built", "\"default\""},
@@ -95,6 +93,8 @@ size_t edit_distance(std::string_view a, std::string_view b) {
 // so a name in the table can never drift from the struct's field name.
 #define REMAT_FIELD(section, key) \
   Field { #section, #key, &c.section.key }
+// long because it is the table of every key, one line each, in the order
+// the config is printed: a table cut in two would be read in two places.
 std::vector<Field> fields_of(JobConfig& c) {
   return {
       REMAT_FIELD(job, description),
@@ -150,6 +150,9 @@ std::vector<Field> fields_of(JobConfig& c) {
       REMAT_FIELD(metrics, peak_flops),
       REMAT_FIELD(metrics, disable_color_printing),
       REMAT_FIELD(metrics, sample_freq),
+      REMAT_FIELD(metrics, enable_tensorboard),
+      REMAT_FIELD(metrics, save_tb_folder),
+      REMAT_FIELD(metrics, save_for_all_ranks),
       REMAT_FIELD(checkpoint, enable),
       Field{"checkpoint", "enable_checkpoint", &c.checkpoint.enable, nullptr, /*alias=*/true},
       REMAT_FIELD(checkpoint, folder),

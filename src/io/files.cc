@@ -464,8 +464,11 @@ LineLog& LineLog::operator=(LineLog&& other) noexcept {
   return *this;
 }
 
-void LineLog::write_line(const std::string& line) {
-  const std::string text = line + "\n";
+void LineLog::write_line(const std::string& line) { append(line + "\n", "line"); }
+
+void LineLog::write_entry(const std::string& bytes) { append(bytes, "entry"); }
+
+void LineLog::append(const std::string& text, const char* unit) {
   struct stat st;
   const off_t end = ::fstat(fd_, &st) == 0 ? st.st_size : -1;
   size_t done = 0;
@@ -475,11 +478,12 @@ void LineLog::write_line(const std::string& line) {
     if (n < 0) {
       const std::string why =
           "cannot append to " + in_quotes(path_) + ": " + write_error(errno) + "; it ends with ";
-      if (done == 0) throw OutputError(why + "its last whole line");
-      // Part of the line is in, and a reader would meet half a JSON line.
+      const std::string whole = std::string("its last whole ") + unit;
+      if (done == 0) throw OutputError(why + whole);
+      // Part of it is in, and a reader would meet half a JSON line (or record).
       if (end >= 0 && ::ftruncate(fd_, end) == 0)
-        throw OutputError(why + "its last whole line (the part written was cut off)");
-      throw OutputError(why + "a line cut short");
+        throw OutputError(why + whole + " (the part written was cut off)");
+      throw OutputError(why + "a" + (unit[0] == 'e' ? "n " : " ") + unit + " cut short");
     }
     done += static_cast<size_t>(n);
   }

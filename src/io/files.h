@@ -113,7 +113,7 @@ class AtomicFile {
 // its rename leaves. Returns true if one was removed.
 bool remove_stale_temporary(const std::string& path);
 
-// An append-only text file for per-step logs (metrics JSONL): opened once
+// An append-only file for per-step logs (metrics JSONL, TensorBoard events): opened once
 // (missing folders created; truncated, or appended to when `append`), by one
 // writer at a time (an flock: InputError while another process, or another
 // LineLog, holds the file open), each line written with one
@@ -129,8 +129,13 @@ class LineLog {
   LineLog& operator=(LineLog&& other) noexcept;
   bool is_open() const { return fd_ >= 0; }
   void write_line(const std::string& line);  // appends line + '\n'
+  // Appends `bytes`, one entry of a binary log (a TensorBoard record, or a
+  // step's records: io/tensorboard.h), as write_line appends a line: with
+  // one write(2), cut off again where the system took part of it.
+  void write_entry(const std::string& bytes);
 
  private:
+  void append(const std::string& text, const char* unit);  // unit: "line" or "entry"
   std::string path_;
   int fd_ = -1;
 };

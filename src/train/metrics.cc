@@ -1,13 +1,18 @@
 #include "train/metrics.h"
 
 #include <cstdio>
+#include <ctime>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "core/format.h"
+#include "io/files.h"
 
 namespace remat {
 
 namespace {
+
+constexpr const char* kTensorBoardKey = "metrics.save_tb_folder";
 
 // torchtitan's colours (torchtitan/tools/utils.py, Color).
 struct Colors {
@@ -71,6 +76,48 @@ std::string metrics_json(const StepMetrics& m, int64_t activation_bytes_at_peak,
 
 std::string validation_json(int64_t step, double loss) {
   return dump_flat(nlohmann::ordered_json{{"step", step}, {"validation_loss", loss}});
+}
+
+std::vector<Scalar> tensorboard_scalars(const StepMetrics& m, int64_t tokens_seen,
+                                        double step_seconds) {
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  return {{"loss_metrics/global_avg_loss", m.loss},
+          {"grad_norm", m.grad_norm},
+          {"ntokens_seen", static_cast<double>(tokens_seen)},
+          {"throughput(tps)", m.tokens_per_second},
+          {"tflops", m.model_flops_per_second / 1e12},
+          {"mfu(%)", 100.0 * m.model_flops_per_second / m.peak_flops},
+          {"hfu(%)", 100.0 * m.hardware_flops_per_second / m.peak_flops},
+          {"time_metrics/end_to_end(s)", step_seconds},
+          {"memory/max_active(GiB)", static_cast<double>(m.peak_bytes) / kGiB},
+          {"memory/max_active(%)", m.device_bytes > 0 ? 100.0 * static_cast<double>(m.peak_bytes) /
+                                                            static_cast<double>(m.device_bytes)
+                                                      : 0.0},
+          {"lr", m.lr}};
+}
+
+std::vector<Scalar> tensorboard_validation_scalars(double loss) {
+  return {{"validation_metrics/loss", loss}};
+}
+
+std::string tensorboard_root(const JobConfig& config) {
+  return (std::filesystem::path(config.job.dump_folder) / config.metrics.save_tb_folder).string();
+}
+
+bool writes_tensorboard(const JobConfig& config, int rank) {
+  return config.metrics.enable_tensorboard && (rank == 0 || config.metrics.save_for_all_ranks);
+}
+
+TensorBoardLog open_tensorboard(const JobConfig& config, int rank) {
+  const std::time_t now = std::time(nullptr);
+  std::tm local{};
+  localtime_r(&now, &local);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M", &local);
+  std::filesystem::path folder = std::filesystem::path(tensorboard_root(config)) / stamp;
+  if (config.metrics.save_for_all_ranks) folder /= "rank_" + std::to_string(rank);
+  create_folders(folder.string(), kTensorBoardKey);
+  return TensorBoardLog(folder.string(), kTensorBoardKey);
 }
 
 }  // namespace remat

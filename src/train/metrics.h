@@ -1,9 +1,13 @@
 // What a run reports (spec.md §4) at each logged step: the formatted log
-// line and the metrics file's JSON line.
+// line, the metrics file's JSON line and the TensorBoard scalars.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
+
+#include "io/config.h"
+#include "io/tensorboard.h"
 
 namespace remat {
 
@@ -37,5 +41,28 @@ std::string metrics_json(const StepMetrics& m, int64_t activation_bytes_at_peak,
 
 // The JSON line of a validation pass: {"step": 10, "validation_loss": 5.1}.
 std::string validation_json(int64_t step, double loss);
+
+// A logged step's TensorBoard scalars, under torchtitan's tags where the
+// quantity is the same: loss_metrics/global_avg_loss, grad_norm,
+// ntokens_seen (`tokens_seen`: every rank's, all steps so far),
+// throughput(tps) (this rank's), tflops, mfu(%), time_metrics/end_to_end(s)
+// (`step_seconds`), memory/max_active(GiB) and memory/max_active(%) (the
+// allocator's peak, what the log line's memory is), lr; and remat's hfu(%).
+std::vector<Scalar> tensorboard_scalars(const StepMetrics& m, int64_t tokens_seen,
+                                        double step_seconds);
+
+// A validation pass's scalar: validation_metrics/loss.
+std::vector<Scalar> tensorboard_validation_scalars(double loss);
+
+// <job.dump_folder>/<metrics.save_tb_folder>: where the runs' event folders go.
+std::string tensorboard_root(const JobConfig& config);
+
+// Whether this rank writes TensorBoard events: with enable_tensorboard, rank
+// 0, or every rank with save_for_all_ranks.
+bool writes_tensorboard(const JobConfig& config, int rank);
+
+// Opens this run's event file: in tensorboard_root / <YYYYmmdd-HHMM, local
+// time now> (/ rank_<rank> with save_for_all_ranks), folders created.
+TensorBoardLog open_tensorboard(const JobConfig& config, int rank);
 
 }  // namespace remat

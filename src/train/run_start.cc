@@ -18,6 +18,7 @@
 #include "train/checkpoint.h"
 #include "train/checkpoint_folder.h"
 #include "train/memory_snapshot.h"
+#include "train/metrics.h"
 #include "train/profile_trace.h"
 #include "train/resume.h"
 
@@ -123,6 +124,8 @@ void create_run_folders(const JobConfig& config, int64_t start_step, int rank) {
 void check_output_places(const JobConfig& config, bool writes_checkpoints) {
   const std::string& metrics = config.metrics.jsonl_path;
   if (!metrics.empty()) check_output_file(metrics, "metrics.jsonl_path");
+  if (config.metrics.enable_tensorboard)
+    check_output_folder(tensorboard_root(config), "metrics.save_tb_folder");
   if (config.profiling.enable_memory_snapshot) check_memory_snapshot_folder(config);
   if (writes_checkpoints) {
     check_output_folder(config.job.dump_folder, "job.dump_folder");

@@ -89,6 +89,11 @@ Trainer::Trainer(const JobConfig& config, const Setup& setup, Session& session, 
   if (!config.metrics.jsonl_path.empty() && leads())
     metrics_log_ = LineLog(config.metrics.jsonl_path, "metrics.jsonl_path",
                            /*append=*/!config.checkpoint.load.empty());
+  // A new event file per run (a resumed run's too), as SummaryWriter opens.
+  if (writes_tensorboard(config, comm.rank())) {
+    tensorboard_ = open_tensorboard(config, comm.rank());
+    if (leads()) std::printf("tensorboard: events written to %s\n", tensorboard_.path().c_str());
+  }
 }
 
 int Trainer::train() {
@@ -156,6 +161,7 @@ Trainer::StepEnd Trainer::train_step(int64_t step, const StopSignals& stop, int&
         run_executor(step, micro, Batch{inputs.data(), data_parallel_.local_rows(targets_).data()});
     record_step(static_cast<int64_t>(inputs.size()));
   }
+  ++window_.steps;
   if (sharded_) sharded_->set_accumulating(false);
   loss /= static_cast<double>(microbatches_);
   if (sharded_)

@@ -29,6 +29,7 @@
 #include "train/data_parallel.h"
 #include "train/load_balance.h"
 #include "train/lr_schedule.h"
+#include "train/metrics.h"
 #include "train/optimizer.h"
 #include "train/profile_trace.h"
 #include "train/run_start.h"
@@ -46,7 +47,7 @@ using Clock = std::chrono::steady_clock;
 struct MetricsWindow {
   Clock::time_point start = Clock::now();
   int64_t start_faults = process_minor_faults();
-  int64_t tokens = 0, peak = 0, recompute_flops = 0, max_activations = 0;
+  int64_t steps = 0, tokens = 0, peak = 0, recompute_flops = 0, max_activations = 0;
 };
 
 // A training run over a session and a data loader that run_train has built
@@ -132,6 +133,7 @@ class Trainer {
   const AdamWConfig adamw_;
   std::vector<int32_t> inputs_, targets_;  // the global batch
   LineLog metrics_log_;
+  TensorBoardLog tensorboard_;  // open where this rank writes events (writes_tensorboard)
   MetricsWindow window_;
   int64_t run_peak_ = 0;        // the allocator's peak over all steps
   MemorySnapshot run_at_peak_;  // the training steps' highest peak, by category

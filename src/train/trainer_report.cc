@@ -48,6 +48,13 @@ void Trainer::log_step(int64_t step, double loss, double grad_norm, const MoeLoa
     metrics_log_.write_line(metrics_json(
         m, session_.allocator.at_peak()[MemoryCategory::kActivations], window_.max_activations));
   }
+  if (tensorboard_.is_open()) {
+    // inputs_ is the global batch: the tokens every rank reads in a pass.
+    const auto tokens_per_step = static_cast<int64_t>(inputs_.size()) * microbatches_;
+    tensorboard_.add_scalars(step,
+                             tensorboard_scalars(m, step * tokens_per_step,
+                                                 seconds / std::max<int64_t>(1, window_.steps)));
+  }
   window_ = MetricsWindow{};
 }
 
@@ -65,6 +72,7 @@ void Trainer::validate(int64_t step) {
   if (metrics_log_.is_open()) {
     metrics_log_.write_line(validation_json(step, loss));
   }
+  if (tensorboard_.is_open()) tensorboard_.add_scalars(step, tensorboard_validation_scalars(loss));
 }
 
 // As validate(): the sample's memory counts towards the run's peak, not the

@@ -71,7 +71,8 @@ def check_ignored_once(name, run, expected, honored):
 
 def check_debug_trains(tmp):
     for name, honored in [("llama3_debug", ["training.compile", "checkpoint.async_mode",
-                                            "profiling.save_traces_folder"]),
+                                            "profiling.save_traces_folder",
+                                            "metrics.save_tb_folder"]),
                           ("llama4_debug", ["parallelism.tensor_parallel_degree"])]:
         run = remat("train", "--config", str(CONFIGS / f"{name}.toml"), *QUICK,
                     "--job.dump_folder", f"{tmp}/{name}", cwd=tmp)
@@ -84,19 +85,19 @@ def check_debug_trains(tmp):
               f"{name}: memory in GiB, as torchtitan prints it ({memory})")
         check("\033[" not in run.stdout, f"{name}: no colour when piped")
         check_ignored_once(name, run, ["job.use_for_integration_test (not built)",
-                                       "metrics.save_tb_folder (not built)",
                                        "float8.filter_fqns (GPU-only)"], honored)
 
 
 def check_big_ones_plan(tmp):
-    for name, expected in [("llama3_8b", ["metrics.enable_tensorboard (not built)"]),
+    for name, expected in [("llama3_8b", ["float8.filter_fqns (GPU-only)"]),
                            ("llama4_17bx16e", ["parallelism.tensor_parallel_degree (not built)",
                                                "float8.moe_fqns (GPU-only)"])]:
         config = str(CONFIGS / f"{name}.toml")
         run = remat("plan", "--config", config, cwd=tmp)
         check(run.returncode == 0, f"{name}: plan runs with dataset c4 as written (exit "
                                    f"{run.returncode}: {run.stderr.strip()[-400:]})")
-        check_ignored_once(f"{name} plan", run, expected, ["profiling.enable_profiling"])
+        check_ignored_once(f"{name} plan", run, expected,
+                           ["profiling.enable_profiling", "metrics.enable_tensorboard"])
         run = remat("plan", "--config", config, "--json", cwd=tmp)
         try:
             json.loads(run.stdout)
