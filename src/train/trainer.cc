@@ -84,16 +84,18 @@ Trainer::Trainer(const JobConfig& config, const Setup& setup, Session& session, 
     session_.executor.set_step_observer([this](const Step& step) {
       if (reduces_in_this_pass_) data_parallel_.on_step(step);
     });
+  // A new event file per run (a resumed run's too), as SummaryWriter opens
+  // one; before the metrics file, which a fresh run truncates: an event
+  // folder that cannot be made stops the run with the old metrics intact.
+  if (writes_tensorboard(config, comm.rank())) {
+    tensorboard_ = open_tensorboard(config, comm.rank());
+    if (leads()) std::printf("tensorboard: events written to %s\n", tensorboard_.path().c_str());
+  }
   // Metrics go straight to their final path, one flushed line per logged
   // step, so a killed run keeps what it logged; a resumed run appends.
   if (!config.metrics.jsonl_path.empty() && leads())
     metrics_log_ = LineLog(config.metrics.jsonl_path, "metrics.jsonl_path",
                            /*append=*/!config.checkpoint.load.empty());
-  // A new event file per run (a resumed run's too), as SummaryWriter opens.
-  if (writes_tensorboard(config, comm.rank())) {
-    tensorboard_ = open_tensorboard(config, comm.rank());
-    if (leads()) std::printf("tensorboard: events written to %s\n", tensorboard_.path().c_str());
-  }
 }
 
 int Trainer::train() {

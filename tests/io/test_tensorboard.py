@@ -215,6 +215,19 @@ def check_refusals(tmp):
           f"a save_tb_folder under a file is exit 2 naming the key ({result.returncode}: "
           f"{result.stderr.strip()[-200:]})")
     check(not metrics.exists(), "nothing is written before the check")
+    # The run's own event folder taken by a file (made for this minute and
+    # the next): exit 2, and the metrics file of the run before is intact.
+    root = Path(tmp) / "taken" / "tb"
+    root.mkdir(parents=True)
+    for t in (time.time(), time.time() + 60):
+        (root / time.strftime("%Y%m%d-%H%M", time.localtime(t))).write_text("x\n")
+    metrics.write_text('{"step": 1}\n')
+    taken = run(["train"], Path(tmp) / "taken", ["--training.steps", "1", "--metrics.jsonl_path",
+                                                 str(metrics), *TB])
+    check(taken.returncode == 2 and "metrics.save_tb_folder" in taken.stderr,
+          f"an event folder that cannot be made is exit 2 naming the key ({taken.returncode}: "
+          f"{taken.stderr.strip()[-200:]})")
+    check(metrics.read_text() == '{"step": 1}\n', "the earlier metrics file is left intact")
     off = run(["train"], tmp, ["--training.steps", "1"])
     check(off.returncode == 0 and not (Path(tmp) / "tb").exists(), "off by default: no tb folder")
 
