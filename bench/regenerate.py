@@ -28,6 +28,7 @@ PY = "/usr/bin/python3"  # Debian's: the one with torch and numpy
 SECTIONS = [
     ("efficiency", ["bench/efficiency.py", "--rounds", "3", "--steps", "10", "--write"]),
     ("op_ac_overhead", ["bench/op_ac_overhead.py", "--write"]),
+    ("work_stealing", ["bench/work_stealing.py", "--write"]),
     ("bf16_speed", ["bench/bf16_speed.py", "--write"]),
     ("fp32_gemm", ["bench/fp32_gemm.py", "--write"]),
     ("op_breakdown", ["bench/op_breakdown.py", "--write"]),

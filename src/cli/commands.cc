@@ -104,7 +104,7 @@ void check_environment() {
   cpu::check_kernel_environment();
   profiling_asked_by_environment();
   static const char* const kKnown[] = {"REMAT_MAX_ISA", "REMAT_FP32_GEMM", "REMAT_BF16_KERNEL",
-                                       "REMAT_PROFILE"};
+                                       "REMAT_WORK_STEALING", "REMAT_PROFILE"};
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string entry = *e;
     if (!entry.starts_with("REMAT_")) continue;
@@ -112,7 +112,8 @@ void check_environment() {
     if (std::find(std::begin(kKnown), std::end(kKnown), name) == std::end(kKnown))
       std::fprintf(stderr,
                    "warning: %s is not a variable remat reads (known: REMAT_MAX_ISA, "
-                   "REMAT_FP32_GEMM, REMAT_BF16_KERNEL, REMAT_PROFILE); ignored\n",
+                   "REMAT_FP32_GEMM, REMAT_BF16_KERNEL, REMAT_WORK_STEALING, REMAT_PROFILE); "
+                   "ignored\n",
                    name.c_str());
   }
 }

@@ -379,7 +379,9 @@ def test_variables_checked_by_every_command():
         for command, variable in ((train_args(tmp, "--training.steps", "1"), "REMAT_BF16_KERNEL"),
                                   ([REMAT, "generate", "--config", CONFIG, "--prompt", "x"],
                                    "REMAT_PROFILE"),
-                                  ([REMAT, "plan", "--config", CONFIG], "REMAT_BF16_KERNEL")):
+                                  ([REMAT, "plan", "--config", CONFIG], "REMAT_BF16_KERNEL"),
+                                  (train_args(tmp, "--training.steps", "1"),
+                                   "REMAT_WORK_STEALING")):
             proc = subprocess.run(command, cwd=tmp, capture_output=True, text=True,
                                   timeout=TIMEOUT_S, env={**os.environ, variable: "2"})
             check(proc.returncode == 2 and f'{variable}="2"' in proc.stderr

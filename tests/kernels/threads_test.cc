@@ -3,10 +3,15 @@
 // chosen so work splits unevenly (row counts not divisible by 2 or 3) and
 // large enough that the kernels do go parallel.
 #include <gtest/gtest.h>
+#include <omp.h>
 
+#include <atomic>
+#include <chrono>
 #include <functional>
+#include <thread>
 #include <vector>
 
+#include "kernels/cpu/internal.h"
 #include "kernels/cpu/kernels.h"
 #include "test_util.h"
 
@@ -89,6 +94,41 @@ TEST(ThreadCount, MixtureOfExpertsPath) {
     return std::vector<std::vector<float>>{scores, indices, counts, rows, h,       y,
                                            dh,     drows,   dw1,    dx,   dscores, dlogits};
   });
+}
+
+// run_items_stealing runs every item exactly once at any thread count. With
+// two threads, thread 0 is held in its first item (item 0) until thread 1 has taken
+// one of its items: thread 1 must finish its own run (the back half) and
+// then take from the end of thread 0's; without stealing thread 0 would be
+// released only by the 10 s timeout, and the check of a taken item fails.
+TEST(ThreadCount, ItemsRunOnceAndASlowThreadsRunIsTaken) {
+  for (int threads : {1, 2, 3, 4}) {
+    ThreadsGuard guard(threads);
+    for (int64_t n : {0, 1, 2, 5, 64, 1001}) {
+      std::vector<std::atomic<int>> runs(static_cast<size_t>(n));
+      detail::run_items_stealing(n, true, [&](int64_t i) { runs[static_cast<size_t>(i)]++; });
+      for (int64_t i = 0; i < n; ++i)
+        EXPECT_EQ(runs[static_cast<size_t>(i)].load(), 1) << "item " << i << ", " << threads;
+    }
+  }
+  ThreadsGuard two(2);
+  if (num_threads() < 2 || !detail::work_stealing())
+    GTEST_SKIP() << "one thread only, or REMAT_WORK_STEALING=0";
+  constexpr int64_t kItems = 40;
+  std::vector<int> ran_by(kItems, -1);
+  std::atomic<bool> taken{false};
+  detail::run_items_stealing(kItems, true, [&](int64_t i) {
+    const int t = omp_get_thread_num();
+    ran_by[static_cast<size_t>(i)] = t;
+    if (t == 1 && i < kItems / 2) taken = true;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (t == 0 && i == 0 && !taken && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  });
+  for (int64_t i = kItems / 2; i < kItems; ++i)
+    EXPECT_EQ(ran_by[static_cast<size_t>(i)], 1) << "thread 1's own item " << i;
+  EXPECT_TRUE(taken.load()) << "no item of the held thread's run was taken";
+  EXPECT_EQ(ran_by[kItems / 2 - 1], 1) << "taken from the end of the run";
 }
 
 }  // namespace

@@ -296,7 +296,6 @@ struct AttentionKernel {
     const int64_t items = batch * heads * tile_groups;
     const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
     const float c = scale * kLog2e;
-    const int nt = num_threads();
     const bool parallel = items > 1 && batch * heads * seq * kv_len * D >= (int64_t{1} << 20);
 
     // Items are independent (each writes only its own rows of out and lse).
@@ -307,9 +306,9 @@ struct AttentionKernel {
     // out one at a time, neighbouring heads' rows, 64 bytes apart, were
     // written by the two cores at once: llama3 debug's attention took 9.4 ms
     // forward and 21.4 ms backward per step on 2 threads, against 8.0 and
-    // 19.7 split this way (profile traces, Zen 5).
-#pragma omp parallel for schedule(static) num_threads(nt) if (parallel)
-    for (int64_t item = 0; item < items; ++item) {
+    // 19.7 split this way (profile traces, Zen 5). A thread done with its run
+    // takes items from the end of the other's (run_items_stealing).
+    run_items_stealing(items, parallel, [&](int64_t item) {
       // Later (costlier) query tiles first within each (batch, head).
       const int64_t tg = tile_groups - 1 - item % tile_groups;
       const int64_t h = (item / tile_groups) % heads;
@@ -360,7 +359,7 @@ struct AttentionKernel {
         finish_query_tile(qtiles[t - t_begin], out + ((b * seq + t * kTile) * heads + h) * D,
                           q_stride, D, scale, lse + (b * heads + h) * seq + t * kTile);
       }
-    }
+    });
   }
 
   // A packed key tile for the backward pass, with its dk and dv accumulators.
@@ -625,11 +624,10 @@ struct AttentionKernel {
     const int64_t items = batch * kv_heads;
     const bool parallel = items > 1 && batch * heads * seq * seq * D >= (int64_t{1} << 19);
     // Contiguous runs of items, for the reason forward() gives.
-#pragma omp parallel for schedule(static) num_threads(num_threads()) if (parallel)
-    for (int64_t item = 0; item < items; ++item) {
+    run_items_stealing(items, parallel, [&](int64_t item) {
       backward_item(dout, q, k, v, lse, delta, item / kv_heads, item % kv_heads, seq, heads,
                     kv_heads, D, dq, dk, dv, fresh);
-    }
+    });
   }
 };
 

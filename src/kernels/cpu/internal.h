@@ -8,6 +8,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -82,13 +83,78 @@ void split_chunk_runs(int64_t total, int64_t work_per_row, Body body) {
   }
 }
 
-// Runs body(begin, end) on each fixed chunk of `total` rows, chunks spread
-// over the threads as split_chunk_runs shares them out.
+// Whether run_items_stealing steals: REMAT_WORK_STEALING unset or 1; 0 keeps
+// each thread to its own run (the schedule before stealing, for benchmarks);
+// InputError for another value (checked with the other kernel variables).
+bool work_stealing();
+
+// Runs body(i) once for every item i < n on the threads (one thread unless
+// `parallel`): thread t owns the contiguous run of items n * t / T ..
+// n * (t + 1) / T - 1 and takes them front to back; a thread done with its
+// run takes items from the back of the others' runs. So a core slowed by
+// another process on the host no longer holds the others at the end, while
+// each thread keeps to its own items (their rows) until then. Which thread
+// runs an item depends on timing: items must be independent, each writing
+// only its own outputs, for results not to depend on it.
+template <typename Body>
+void run_items_stealing(int64_t n, bool parallel, Body body) {
+  const int threads = parallel && n > 1 ? num_threads() : 1;
+  if (threads <= 1) {
+    for (int64_t i = 0; i < n; ++i) body(i);
+    return;
+  }
+  // Static runs where stealing is off (REMAT_WORK_STEALING=0, for side-by-side
+  // benchmarks), or past the 32-bit halves below.
+  if (!work_stealing() || n >= (int64_t{1} << 32)) {
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (int64_t i = 0; i < n; ++i) body(i);
+    return;
+  }
+  // Each run's remaining items, front (low 32 bits) and end (high 32),
+  // claimed by compare-and-swap: the owner at the front, a thief at the end.
+  struct alignas(64) Run {
+    std::atomic<uint64_t> range;
+  };
+  std::vector<Run> runs(static_cast<size_t>(threads));
+  for (int t = 0; t < threads; ++t) {
+    const auto begin = static_cast<uint64_t>(n * t / threads);
+    const auto end = static_cast<uint64_t>(n * (t + 1) / threads);
+    runs[static_cast<size_t>(t)].range.store(begin | (end << 32), std::memory_order_relaxed);
+  }
+  const auto claim = [&](Run& run, bool from_front, int64_t& item) {
+    uint64_t range = run.range.load(std::memory_order_relaxed);
+    for (;;) {
+      const uint64_t front = range & 0xffffffffu, end = range >> 32;
+      if (front >= end) return false;
+      const uint64_t next = from_front ? (front + 1) | (end << 32) : front | ((end - 1) << 32);
+      if (run.range.compare_exchange_weak(range, next, std::memory_order_relaxed)) {
+        item = static_cast<int64_t>(from_front ? front : end - 1);
+        return true;
+      }
+    }
+  };
+#pragma omp parallel num_threads(threads)
+  {
+    const int t = omp_get_thread_num();
+    int64_t item;
+    while (claim(runs[static_cast<size_t>(t)], true, item)) body(item);
+    // Every run but its own, the runs of threads the team did not get included.
+    for (int k = 1; k < threads; ++k)
+      while (claim(runs[static_cast<size_t>((t + k) % threads)], false, item)) body(item);
+  }
+}
+
+// Runs body(begin, end) on each fixed chunk of `total` rows, chunks shared
+// out as split_chunk_runs shares them, in contiguous runs, but a thread done
+// with its run takes chunks from the end of the other's (run_items_stealing):
+// a chunk is the same rows, the same arithmetic, whichever thread runs it.
 template <typename Body>
 void split_rows(int64_t total, int64_t work_per_row, Body body) {
-  split_chunk_runs(total, work_per_row, [&](int64_t begin, int64_t end, int64_t chunk) {
-    for (int64_t c0 = begin; c0 < end; c0 += chunk) body(c0, std::min(end, c0 + chunk));
-  });
+  const int64_t rows = chunk_rows(total);
+  const int64_t chunks = (total + rows - 1) / rows;
+  const bool parallel = num_threads() > 1 && chunks > 1 && total * work_per_row >= (1 << 18);
+  run_items_stealing(chunks, parallel,
+                     [&](int64_t c) { body(c * rows, std::min(total, (c + 1) * rows)); });
 }
 
 // Whether the kernels with an AVX-512 instantiation may run it: the CPU has

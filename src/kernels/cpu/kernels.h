@@ -29,8 +29,9 @@
 namespace remat::cpu {
 
 // Checks the variables that choose kernels: the ISA cap (isa_capped_at_avx2),
-// REMAT_FP32_GEMM (gemm_fp32.h) and REMAT_BF16_KERNEL (bf16.h), whether or
-// not the run uses what they choose: InputError for a bad one.
+// REMAT_FP32_GEMM (gemm_fp32.h), REMAT_BF16_KERNEL (bf16.h) and
+// REMAT_WORK_STEALING (internal.h), whether or not the run uses what they
+// choose: InputError for a bad one.
 void check_kernel_environment();
 // Sets the thread count used by OpenMP kernels and OpenBLAS, after
 // check_kernel_environment(), so a run starts with a bad variable refused.

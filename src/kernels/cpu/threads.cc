@@ -7,7 +7,9 @@
 #include <cstdlib>
 #include <memory>
 #include <new>
+#include <string>
 
+#include "core/error.h"
 #include "kernels/cpu/bf16.h"
 #include "kernels/cpu/gemm_fp32.h"
 #include "kernels/cpu/internal.h"
@@ -23,6 +25,7 @@ void check_kernel_environment() {
   isa_capped_at_avx2();
   fp32_gemm();
   bf16_gemm();
+  detail::work_stealing();
 }
 
 void set_num_threads(int threads) {
@@ -50,6 +53,17 @@ void parallel_for(int64_t n, const std::function<void(int64_t)>& fn) {
 }
 
 namespace detail {
+
+bool work_stealing() {
+  static const bool on = [] {
+    const char* value = std::getenv("REMAT_WORK_STEALING");
+    const std::string choice = value == nullptr ? "" : value;
+    if (choice.empty() || choice == "1") return true;
+    if (choice == "0") return false;
+    throw InputError("REMAT_WORK_STEALING=\"" + choice + "\": expected 0, 1 or unset");
+  }();
+  return on;
+}
 
 namespace {
 struct FreeDeleter {
