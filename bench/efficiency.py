@@ -178,4 +178,5 @@ def write_section(args, load_before, header, rows):
     replace_section("efficiency", body)
 
 
-main()
+if __name__ == "__main__":
+    main()
