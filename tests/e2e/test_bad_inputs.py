@@ -361,6 +361,8 @@ def cases():
              ["checkpoint.export_dtype", "bfloat16", "sharded", "single_file"]),
         Case("metrics.enable_tensorboard not a bool", ["--metrics.enable_tensorboard", "often"],
              ["metrics.enable_tensorboard", "often", "expected"]),
+        Case("metrics.save_for_all_ranks not a bool", ["--metrics.save_for_all_ranks", "2"],
+             ["metrics.save_for_all_ranks", "expected"]),
         Case("metrics.save_tb_folder under a regular file",
              ["--metrics.enable_tensorboard", "true", "--metrics.save_tb_folder", "../afile/tb"],
              ["metrics.save_tb_folder", "afile", "is a regular file, expected a folder"],
