@@ -140,6 +140,12 @@ struct JobConfig {
     // A run stopped earlier saves as usual, so that it can resume.
     bool last_save_model_weights_only = false;
     std::string export_dtype = "float32";
+    // torchtitan's: after each save, only the latest keep_latest_k
+    // checkpoints in the folder stay (0: every one; train/checkpoint_folder.h
+    // remove_old_checkpoints). 1 is allowed, unlike in torchtitan, whose
+    // asynchronous save may still be writing the latest: here an older
+    // checkpoint is removed only once the new one is complete on disk.
+    int64_t keep_latest_k = 10;
     // Not a key: set where `load` was not given but found, the latest
     // checkpoint in the folder (train resumes from it), so that a load
     // error can say why that file was read.

@@ -162,6 +162,7 @@ std::vector<Field> fields_of(JobConfig& c) {
       REMAT_FIELD(checkpoint, format),
       REMAT_FIELD(checkpoint, last_save_model_weights_only),
       REMAT_FIELD(checkpoint, export_dtype),
+      REMAT_FIELD(checkpoint, keep_latest_k),
       REMAT_FIELD(validation, enabled),
       REMAT_FIELD(validation, dataset),
       REMAT_FIELD(validation, freq),

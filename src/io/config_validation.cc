@@ -170,6 +170,8 @@ void validate_other_sections(const JobConfig& c, Validator& v) {
   v.require(c.metrics.peak_flops >= 0, "metrics.peak_flops",
             "a number >= 0 (FLOP/s; 0: measure at start-up)");
   v.require(c.checkpoint.interval > 0, "checkpoint.interval", "an integer > 0");
+  v.require(c.checkpoint.keep_latest_k >= 0, "checkpoint.keep_latest_k",
+            "an integer >= 0 (the checkpoints kept in checkpoint.folder; 0: every one)");
   v.require(!c.checkpoint.folder.empty(), "checkpoint.folder", "a folder name");
   static const char* const kCheckpointFormats[] = {"auto", "sharded", "single_file"};
   v.require(one_of(c.checkpoint.format, kCheckpointFormats), "checkpoint.format",

@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string_view>
 
@@ -50,15 +51,9 @@ bool all_digits(std::string_view s) {
   return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return std::isdigit(c); });
 }
 
-// Whether `name`, in a sharded step folder, is a temporary a save writes
-// there: shard-R-of-S.safetensors or index.json, then ".tmp", or a
-// snapshot's ".snapshot-PID.tmp" (train/stop_snapshot.h).
-bool step_folder_temporary(std::string_view name) {
-  if (!name.ends_with(".tmp")) return false;
-  name.remove_suffix(4);
-  if (const size_t dot = name.rfind(".snapshot-");
-      dot != std::string_view::npos && all_digits(name.substr(dot + 10)))
-    name = name.substr(0, dot);
+// Whether `name` is a file a sharded save writes into its step folder:
+// index.json or shard-R-of-S.safetensors.
+bool step_folder_file(std::string_view name) {
   if (name == kShardIndexName) return true;
   constexpr std::string_view kPrefix = "shard-", kSuffix = ".safetensors";
   if (!name.starts_with(kPrefix) || !name.ends_with(kSuffix)) return false;
@@ -66,6 +61,18 @@ bool step_folder_temporary(std::string_view name) {
   const size_t of = name.find("-of-");
   return of != std::string_view::npos && all_digits(name.substr(0, of)) &&
          all_digits(name.substr(of + 4));
+}
+
+// Whether `name`, in a sharded step folder, is a temporary a save writes
+// there: a step_folder_file's name, then ".tmp", or a snapshot's
+// ".snapshot-PID.tmp" (train/stop_snapshot.h).
+bool step_folder_temporary(std::string_view name) {
+  if (!name.ends_with(".tmp")) return false;
+  name.remove_suffix(4);
+  if (const size_t dot = name.rfind(".snapshot-");
+      dot != std::string_view::npos && all_digits(name.substr(dot + 10)))
+    name = name.substr(0, dot);
+  return step_folder_file(name);
 }
 
 // The folder's stale temporaries; `top`: the checkpoint folder itself, not
@@ -200,6 +207,94 @@ FoundCheckpoint latest_checkpoint(const JobConfig& config) {
   const std::optional<std::string> folder = listable_checkpoint_folder(config);
   if (!folder) return {};
   return latest_checkpoint_in(*folder, sharded_checkpoints(config));
+}
+
+namespace {
+
+// A complete checkpoint in the folder: a regular file step-N.safetensors, or
+// a real step folder step-N/ holding its index (links are never followed).
+struct CompleteCheckpoint {
+  int64_t step;
+  std::filesystem::path path;
+  bool step_folder;
+};
+
+std::vector<CompleteCheckpoint> complete_checkpoints_in(const std::string& folder) {
+  namespace fs = std::filesystem;
+  std::vector<CompleteCheckpoint> found;
+  std::error_code ec;
+  for (const fs::directory_entry& entry : fs::directory_iterator(folder, ec)) {
+    const std::string name = entry.path().filename().string();
+    const std::optional<int64_t> step = checkpoint_step_of(name);
+    if (!step || entry.is_symlink(ec)) continue;
+    for (const bool step_folder : {false, true}) {
+      if (name != checkpoint_name(*step, step_folder)) continue;
+      const bool complete =
+          step_folder
+              ? entry.is_directory(ec) && fs::is_regular_file(entry.path() / kShardIndexName, ec)
+              : entry.is_regular_file(ec);
+      if (complete) found.push_back({*step, entry.path(), step_folder});
+    }
+  }
+  return found;
+}
+
+// Removes a complete checkpoint: the file, or the step folder's index and
+// shards (and temporaries of theirs), then the folder if nothing else is in
+// it. Anything else there is the user's and stays; the run says so.
+void remove_checkpoint(const CompleteCheckpoint& c) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (c.step_folder) {
+    // The index first: a folder left half removed is then an incomplete
+    // save, which no resume loads.
+    fs::remove(c.path / kShardIndexName, ec);
+    std::vector<fs::path> ours;
+    for (const fs::directory_entry& entry : fs::directory_iterator(c.path, ec)) {
+      const std::string name = entry.path().filename().string();
+      if ((step_folder_file(name) || step_folder_temporary(name)) && entry.is_regular_file(ec) &&
+          !entry.is_symlink(ec))
+        ours.push_back(entry.path());
+    }
+    for (const fs::path& file : ours) fs::remove(file, ec);
+  }
+  if (fs::remove(c.path, ec) && !ec) {
+    std::printf("removed %s (checkpoint.keep_latest_k)\n", c.path.string().c_str());
+    return;
+  }
+  std::fflush(stdout);
+  std::fprintf(
+      stderr,
+      "warning: checkpoint.keep_latest_k: cannot remove %s (%s); it is left in "
+      "place\n",
+      c.path.string().c_str(),
+      c.step_folder ? "it holds files that are not the checkpoint's" : ec.message().c_str());
+}
+
+}  // namespace
+
+void remove_old_checkpoints(const JobConfig& config, int64_t saved_step) {
+  const int64_t keep = config.checkpoint.keep_latest_k;
+  if (keep <= 0) return;
+  std::vector<CompleteCheckpoint> found = complete_checkpoints_in(checkpoint_folder(config));
+  // Only once the save of saved_step is complete (a sharded save's index is
+  // written by its last rank), and only below it: later steps are a resumed
+  // run's own future saves, or the checkpoints it was resumed before.
+  if (std::none_of(found.begin(), found.end(),
+                   [&](const CompleteCheckpoint& c) { return c.step == saved_step; }))
+    return;
+  std::vector<int64_t> steps;
+  for (const CompleteCheckpoint& c : found)
+    if (c.step <= saved_step) steps.push_back(c.step);
+  std::sort(steps.begin(), steps.end(), std::greater<>());
+  steps.erase(std::unique(steps.begin(), steps.end()), steps.end());
+  if (std::ssize(steps) <= keep) return;
+  const int64_t oldest_kept = steps[static_cast<size_t>(keep - 1)];
+  std::sort(
+      found.begin(), found.end(),
+      [](const CompleteCheckpoint& a, const CompleteCheckpoint& b) { return a.step < b.step; });
+  for (const CompleteCheckpoint& c : found)
+    if (c.step < oldest_kept) remove_checkpoint(c);
 }
 
 InputError resume_error(const JobConfig& config, const InputError& e) {

@@ -80,6 +80,17 @@ FoundCheckpoint latest_checkpoint(const JobConfig& config);
 // when `prefer_sharded`, else the file.
 FoundCheckpoint latest_checkpoint_in(const std::string& folder, bool prefer_sharded);
 
+// checkpoint.keep_latest_k (torchtitan's): after the save of `saved_step`
+// is complete, the complete checkpoints of the folder at or below that step
+// are counted by step, and all but the latest keep_latest_k are removed,
+// oldest first (0 keeps every one). Never one above saved_step (a run
+// resumed from an earlier step leaves the later ones as they were), never
+// an incomplete save or a temporary (remove_stale_checkpoint_temporaries'),
+// never a link, and in a step folder only the checkpoint's own files: a
+// folder holding anything else stays, with a warning. Failures to remove
+// warn and training goes on.
+void remove_old_checkpoints(const JobConfig& config, int64_t saved_step);
+
 // The InputError of a failed read of config.checkpoint.load; where train
 // found that file in its folder rather than being given it, the message
 // says why it was read and how to start afresh.

@@ -197,6 +197,7 @@ int Trainer::finish(int64_t step, bool diverged, int signal, int64_t abandoned_m
       std::printf("checkpoint written to %s%s\n",
                   checkpoint_path(config_, step, sharded_checkpoints_).c_str(),
                   snapshots ? " (by the snapshots forked at the signal)" : "");
+    if (!diverged && leads()) remove_old_checkpoints(config_, step);
   }
   if (data_parallel_.ranks() > 1) {
     data_parallel_.check_replicas("at the end");

@@ -35,7 +35,11 @@ checkpoints") under mpirun -np 2, and one process.
  9. checkpoint.last_save_model_weights_only on 2 ZeRO-3 ranks: the last
     step's save is a sharded checkpoint of the weights alone (its index says
     so, its shards hold no moments), the save before it keeps the moments,
-    and its conversion holds the very weights of the usual run's last save.
+    and its conversion holds the very weights of the usual run's last save;
+10. checkpoint.keep_latest_k 2 on 2 ZeRO-3 ranks saving every step: only the
+    latest two step folders are left, each whole (index and both shards);
+    rank 0 alone removes, naming each removed folder once; the same command
+    with more steps resumes from the latest and removes the older ones again.
 Exit 0 only if everything holds.
 """
 
@@ -410,6 +414,30 @@ def weights_only(remat, tmp):
           f"{len(exported)} tensors, {len(weights)} weights")
 
 
+def keep_latest(remat, tmp):
+    def saves(steps):
+        extra = ["--training.steps", str(steps), "--checkpoint.enable", "true",
+                 "--checkpoint.interval", "1", "--checkpoint.keep_latest_k", "2"]
+        return run(command(remat, tmp, "keep", "llama3_debug.toml", 2, 2, extra, dp="shard"),
+                   f"keep_latest_k 2, {steps} steps").stdout
+    top = os.path.join(tmp, "keep", "checkpoint")
+    whole = ["index.json", "shard-0-of-2.safetensors", "shard-1-of-2.safetensors"]
+    for steps, removed in ((4, (1, 2)), (6, (3, 4))):
+        out = saves(steps)
+        left = sorted(os.listdir(top))
+        check(f"keep_latest_k 2, {steps} steps: the latest two step folders are left, whole",
+              left == [f"step-{steps - 1}", f"step-{steps}"] and
+              all(sorted(os.listdir(os.path.join(top, name))) == whole for name in left),
+              f"{left}")
+        if steps == 6:
+            check("keep_latest_k 2: run again, it resumes from the latest (step-4)",
+                  f"{top}/step-4" in out and "step:  5" in out, out[-600:])
+        lines = [line for line in out.splitlines() if line.startswith("removed ")]
+        check(f"keep_latest_k 2, {steps} steps: each removed folder named once",
+              lines == [f"removed {top}/step-{s} (checkpoint.keep_latest_k)" for s in removed],
+              f"{lines}")
+
+
 def main():
     remat = os.path.abspath(sys.argv[1])
     with tempfile.TemporaryDirectory(prefix="remat_sharded_") as tmp:
@@ -425,6 +453,7 @@ def main():
         killed_mid_save(remat, tmp)
         ctrl_c(remat, tmp)
         weights_only(remat, tmp)
+        keep_latest(remat, tmp)
     return 1 if failures else 0
 
 
