@@ -146,6 +146,10 @@ struct JobConfig {
     // asynchronous save may still be writing the latest: here an older
     // checkpoint is removed only once the new one is complete on disk.
     int64_t keep_latest_k = 10;
+    // torchtitan's: "disabled", or "async" (and "async_with_pinned_mem", the
+    // same on the CPU): interval saves written by a forked child while the
+    // run trains on (train/background_save.h); one process only.
+    std::string async_mode = "disabled";
     // Not a key: set where `load` was not given but found, the latest
     // checkpoint in the folder (train resumes from it), so that a load
     // error can say why that file was read.

@@ -176,6 +176,9 @@ void validate_other_sections(const JobConfig& c, Validator& v) {
   static const char* const kCheckpointFormats[] = {"auto", "sharded", "single_file"};
   v.require(one_of(c.checkpoint.format, kCheckpointFormats), "checkpoint.format",
             "\"auto\", \"sharded\" or \"single_file\"");
+  static const char* const kAsyncModes[] = {"disabled", "async", "async_with_pinned_mem"};
+  v.require(one_of(c.checkpoint.async_mode, kAsyncModes), "checkpoint.async_mode",
+            "\"disabled\", \"async\" or \"async_with_pinned_mem\"");
   static const char* const kExportDtypes[] = {"float32", "bfloat16", "float16"};
   v.require(one_of(c.checkpoint.export_dtype, kExportDtypes), "checkpoint.export_dtype",
             "\"float32\", \"bfloat16\" or \"float16\" (the final weights-only save's "

@@ -78,6 +78,16 @@ Trainer::Trainer(const JobConfig& config, const Setup& setup, Session& session, 
   if (snapshots_on_signal(config, comm, session))
     snapshot_ =
         std::make_unique<StopSnapshot>([this](int64_t step) { write_snapshot(step); }, start_step);
+  if (config.checkpoint.enable && config.checkpoint.async_mode != "disabled") {
+    if (comm.size() == 1) {
+      background_ = std::make_unique<BackgroundSave>();
+    } else if (leads()) {
+      std::printf(
+          "note: checkpoint.async_mode = \"%s\" is not built for runs under mpirun: each rank "
+          "writes its saves before training on\n",
+          config.checkpoint.async_mode.c_str());
+    }
+  }
   if (config.metrics.sample_freq > 0)
     sample_tokenizer_ = make_tokenizer(config.model.tokenizer, setup.model.summary.vocab_size);
   if (data_parallel_.ranks() > 1 && !sharded_)
@@ -205,12 +215,14 @@ Trainer::StepEnd Trainer::train_step(int64_t step, const StopSignals& stop, int&
   if (validator_ && step % config_.validation.freq == 0) validate(step);
   if (sample_tokenizer_ && step % config_.metrics.sample_freq == 0) sample(step);
   if (config_.checkpoint.enable && step % config_.checkpoint.interval == 0) {
-    if (!saved_by_snapshots(step)) {
+    if (saved_by_snapshots(step)) {
+      if (leads()) remove_old_checkpoints(config_, step);
+    } else {
       if (!finite_to_save(step)) return StepEnd::kDiverged;
-      save(step);
+      save_at_interval(step);
     }
-    if (leads()) remove_old_checkpoints(config_, step);
   }
+  if (background_) background_->poll();  // a save in the background that failed stops the run
   return StepEnd::kCompleted;
 }
 

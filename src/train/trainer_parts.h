@@ -25,6 +25,7 @@
 #include "runtime/executor.h"
 #include "runtime/model_state.h"
 #include "runtime/shard_layout.h"
+#include "train/background_save.h"
 #include "train/checkpoint.h"
 #include "train/data_parallel.h"
 #include "train/load_balance.h"
@@ -83,6 +84,8 @@ class Trainer {
   void report_divergence(int64_t step, double loss, double grad_norm) const;
   RunRecord run_record() const;
   void save(int64_t step) const;
+  // An interval save: written now, or by a child process (checkpoint.async_mode).
+  void save_at_interval(int64_t step);
   // Whether the save of `step` holds the weights only, as export_dtype
   // (checkpoint.last_save_model_weights_only): the run's last step only, so
   // a run stopped earlier saves what it resumes from.
@@ -142,6 +145,8 @@ class Trainer {
   // Null unless a stop signal forks snapshots (snapshots_on_signal).
   std::unique_ptr<StopSnapshot> snapshot_;
   RunRecord committed_run_;  // run_record() after the last committed step: what a snapshot saves
+  // Null unless interval saves are written in the background (checkpoint.async_mode).
+  std::unique_ptr<BackgroundSave> background_;
 };
 
 }  // namespace remat::trainer_parts

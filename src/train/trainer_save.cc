@@ -111,6 +111,18 @@ void Trainer::save(int64_t step) const {
   }
 }
 
+void Trainer::save_at_interval(int64_t step) {
+  auto write = [this, step] {
+    save(step);
+    if (leads()) remove_old_checkpoints(config_, step);
+  };
+  if (background_) {
+    background_->start(step, write);
+  } else {
+    write();
+  }
+}
+
 // checkpoint.export_dtype as the file's element type. fp16 tops out at
 // 65504: a weight beyond it would be written as infinity, a file no load
 // accepts, so the weights go out in fp32 instead, and the run says why.
@@ -173,6 +185,9 @@ bool Trainer::saved_by_snapshots(int64_t step) const {
 }
 
 int Trainer::finish(int64_t step, bool diverged, int signal, int64_t abandoned_microbatches) const {
+  // The last save in the background completes (or stops the run with its
+  // error) before anything else is written or said.
+  if (background_) background_->wait();
   if (signal && abandoned_microbatches > 0) {
     std::printf(
         "interrupted by %s during step %lld, after %lld of its %lld microbatches: the step is "

@@ -352,6 +352,8 @@ def cases():
              ["short.npy", "truncated", "2000"], files={"short.npy": truncated_npy}),
         Case("checkpoint.export_dtype fp8", ["--checkpoint.export_dtype", "fp8"],
              ["checkpoint.export_dtype", "fp8", "expected", "bfloat16", "float16"]),
+        Case("checkpoint.async_mode unknown", ["--checkpoint.async_mode", "background"],
+             ["checkpoint.async_mode", "background", "expected", "async_with_pinned_mem"]),
         Case("checkpoint.keep_latest_k negative", ["--checkpoint.keep_latest_k", "-3"],
              ["checkpoint.keep_latest_k", "-3", "expected", "integer >= 0"]),
         Case("checkpoint.keep_latest_k not an integer", ["--checkpoint.keep_latest_k", "ten"],

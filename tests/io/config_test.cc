@@ -564,8 +564,8 @@ TEST(Config, TorchtitanKeysAreAcceptedAndTheIgnoredOnesListed) {
   // compile = false, a degree of 1 and "default" ask for nothing remat lacks.
   EXPECT_EQ(format_ignored_keys(c),
             "ignored on this engine: job.use_for_integration_test (not built), "
-            "parallelism.tensor_parallel_degree (not built), checkpoint.async_mode (not built), "
-            "float8.filter_fqns (GPU-only)");
+            "parallelism.tensor_parallel_degree (not built), float8.filter_fqns (GPU-only)");
+  EXPECT_EQ(c.checkpoint.async_mode, "async");  // honored (train/background_save.h)
   EXPECT_EQ(format_ignored_keys(parse("")), "");
   EXPECT_EQ(parse("", {"--training.compile"}).ignored_keys,
             std::vector<std::string>{"training.compile (GPU-only)"});
