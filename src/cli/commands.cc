@@ -158,14 +158,18 @@ int dispatch(int argc, char** argv, Communicator& comm) {
   resolve_tokenizer(config);
   if (c.command == "train" && config.checkpoint.enable && config.checkpoint.load.empty() &&
       !config.checkpoint.create_seed_checkpoint) {
-    const FoundCheckpoint latest = latest_checkpoint(config);
+    const FoundCheckpoint latest = checkpoint_to_resume(config);
     config.checkpoint.load = latest.path;
     config.checkpoint.load_found_in_folder = !latest.path.empty();
     if (config.checkpoint.load_found_in_folder) {
-      std::fprintf(notes,
-                   "resuming from %s, the latest checkpoint in checkpoint.folder (as torchtitan "
-                   "does; checkpoint.load names another, a new job.dump_folder starts afresh)\n",
-                   latest.path.c_str());
+      if (config.checkpoint.load_step >= 0)
+        std::fprintf(notes, "resuming from %s (checkpoint.load_step)\n", latest.path.c_str());
+      else
+        std::fprintf(notes,
+                     "resuming from %s, the latest checkpoint in checkpoint.folder (as "
+                     "torchtitan does; checkpoint.load names another, a new job.dump_folder "
+                     "starts afresh)\n",
+                     latest.path.c_str());
       int64_t recorded = 0;
       try {
         recorded = read_checkpoint_info(latest.path).step;

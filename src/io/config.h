@@ -150,6 +150,11 @@ struct JobConfig {
     // same on the CPU): interval saves written by a forked child while the
     // run trains on (train/background_save.h); one process only.
     std::string async_mode = "disabled";
+    // torchtitan's: the step of checkpoint.folder to resume from, -1 for the
+    // latest (train/checkpoint_folder.h checkpoint_to_resume).
+    int64_t load_step = -1;
+    // torchtitan's: also save after step 1, to find a broken save early.
+    bool enable_first_step_checkpoint = false;
     // Not a key: set where `load` was not given but found, the latest
     // checkpoint in the folder (train resumes from it), so that a load
     // error can say why that file was read.

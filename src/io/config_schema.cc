@@ -163,6 +163,8 @@ std::vector<Field> fields_of(JobConfig& c) {
       REMAT_FIELD(checkpoint, export_dtype),
       REMAT_FIELD(checkpoint, keep_latest_k),
       REMAT_FIELD(checkpoint, async_mode),
+      REMAT_FIELD(checkpoint, load_step),
+      REMAT_FIELD(checkpoint, enable_first_step_checkpoint),
       REMAT_FIELD(validation, enabled),
       REMAT_FIELD(validation, dataset),
       REMAT_FIELD(validation, freq),

@@ -176,6 +176,13 @@ void validate_other_sections(const JobConfig& c, Validator& v) {
   static const char* const kCheckpointFormats[] = {"auto", "sharded", "single_file"};
   v.require(one_of(c.checkpoint.format, kCheckpointFormats), "checkpoint.format",
             "\"auto\", \"sharded\" or \"single_file\"");
+  v.require(c.checkpoint.load_step >= -1, "checkpoint.load_step",
+            "a step of checkpoint.folder to resume from, or -1 for the latest");
+  v.require(c.checkpoint.load_step == -1 || c.checkpoint.load.empty(), "checkpoint.load_step",
+            "-1 when checkpoint.load names the checkpoint to start from (one or the other)");
+  v.require(c.checkpoint.load_step == -1 || c.checkpoint.enable, "checkpoint.load_step",
+            "-1 unless checkpoint.enable is true (it picks the checkpoint of checkpoint.folder "
+            "that a run with checkpointing on resumes from)");
   static const char* const kAsyncModes[] = {"disabled", "async", "async_with_pinned_mem"};
   v.require(one_of(c.checkpoint.async_mode, kAsyncModes), "checkpoint.async_mode",
             "\"disabled\", \"async\" or \"async_with_pinned_mem\"");

@@ -153,7 +153,7 @@ std::vector<int64_t> check_checkpoint_targets(const JobConfig& config, int64_t s
     } else {
       check_output_file(target, "checkpoint.folder");
     }
-    const bool saved = *step % config.checkpoint.interval == 0 || *step == config.training.steps;
+    const bool saved = saves_after_step(config, *step) || *step == config.training.steps;
     if (saved && name == checkpoint_name(*step, sharded)) replaced.push_back(*step);
   }
   std::sort(replaced.begin(), replaced.end());
@@ -178,7 +178,8 @@ void remove_stale_checkpoint_temporaries(const std::string& folder) {
   remove_stale_temporaries_in(folder, /*top=*/true);
 }
 
-FoundCheckpoint latest_checkpoint_in(const std::string& folder, bool prefer_sharded) {
+FoundCheckpoint latest_checkpoint_in(const std::string& folder, bool prefer_sharded,
+                                     int64_t only_step) {
   namespace fs = std::filesystem;
   int64_t best = -1;
   std::string found;
@@ -186,7 +187,7 @@ FoundCheckpoint latest_checkpoint_in(const std::string& folder, bool prefer_shar
   for (const fs::directory_entry& entry : fs::directory_iterator(folder, ec)) {
     const std::string name = entry.path().filename().string();
     const std::optional<int64_t> step = checkpoint_step_of(name);
-    if (!step || *step < best) continue;
+    if (!step || *step < best || (only_step >= 0 && *step != only_step)) continue;
     // Complete checkpoints only, by their exact names: a file's temporary
     // or a step folder whose index was never written is not one.
     for (const bool step_folder : {false, true}) {
@@ -297,8 +298,38 @@ void remove_old_checkpoints(const JobConfig& config, int64_t saved_step) {
     if (c.step < oldest_kept) remove_checkpoint(c);
 }
 
+bool saves_after_step(const JobConfig& config, int64_t step) {
+  return step % config.checkpoint.interval == 0 ||
+         (config.checkpoint.enable_first_step_checkpoint && step == 1);
+}
+
+FoundCheckpoint checkpoint_to_resume(const JobConfig& config) {
+  const int64_t wanted = config.checkpoint.load_step;
+  const std::optional<std::string> folder = listable_checkpoint_folder(config);
+  const FoundCheckpoint found =
+      folder ? latest_checkpoint_in(*folder, sharded_checkpoints(config), wanted)
+             : FoundCheckpoint{};
+  if (wanted < 0 || !found.path.empty()) return found;
+  std::vector<int64_t> steps;
+  if (folder)
+    for (const CompleteCheckpoint& c : complete_checkpoints_in(*folder)) steps.push_back(c.step);
+  std::sort(steps.begin(), steps.end());
+  steps.erase(std::unique(steps.begin(), steps.end()), steps.end());
+  std::string there;
+  for (const int64_t s : steps) there += (there.empty() ? "" : ", ") + std::to_string(s);
+  throw InputError("checkpoint.load_step = " + std::to_string(wanted) +
+                   ": no complete checkpoint of that step in '" + checkpoint_folder(config) +
+                   "' (expected a step saved there: " + (there.empty() ? "none is" : there) +
+                   "; or -1 for the latest)");
+}
+
 InputError resume_error(const JobConfig& config, const InputError& e) {
   if (!config.checkpoint.load_found_in_folder) return e;
+  if (config.checkpoint.load_step >= 0)
+    return InputError(std::string(e.what()) +
+                      "; it is the checkpoint of checkpoint.load_step in checkpoint.folder "
+                      "(expected a checkpoint of this run: name another step, or -1 for the "
+                      "latest)");
   return InputError(std::string(e.what()) +
                     "; it is the latest checkpoint in checkpoint.folder, which a run with "
                     "checkpointing on resumes from (expected a checkpoint of this run: move it "

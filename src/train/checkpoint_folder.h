@@ -77,8 +77,18 @@ struct FoundCheckpoint {
 };
 FoundCheckpoint latest_checkpoint(const JobConfig& config);
 // The same in any folder; where one step has both forms, the step folder
-// when `prefer_sharded`, else the file.
-FoundCheckpoint latest_checkpoint_in(const std::string& folder, bool prefer_sharded);
+// when `prefer_sharded`, else the file; only_step >= 0: that step's only.
+FoundCheckpoint latest_checkpoint_in(const std::string& folder, bool prefer_sharded,
+                                     int64_t only_step = -1);
+
+// Whether a run saves after `step` before its end: every checkpoint.interval
+// steps, and step 1 with checkpoint.enable_first_step_checkpoint.
+bool saves_after_step(const JobConfig& config, int64_t step);
+
+// The checkpoint a run with checkpointing on and no checkpoint.load resumes
+// from: the latest in the folder, or step-<checkpoint.load_step> (either
+// form; InputError naming the steps there when it has none complete).
+FoundCheckpoint checkpoint_to_resume(const JobConfig& config);
 
 // checkpoint.keep_latest_k (torchtitan's): after the save of `saved_step`
 // is complete, the complete checkpoints of the folder at or below that step

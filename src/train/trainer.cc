@@ -214,7 +214,7 @@ Trainer::StepEnd Trainer::train_step(int64_t step, const StopSignals& stop, int&
   }
   if (validator_ && step % config_.validation.freq == 0) validate(step);
   if (sample_tokenizer_ && step % config_.metrics.sample_freq == 0) sample(step);
-  if (config_.checkpoint.enable && step % config_.checkpoint.interval == 0) {
+  if (config_.checkpoint.enable && saves_after_step(config_, step)) {
     if (saved_by_snapshots(step)) {
       if (leads()) remove_old_checkpoints(config_, step);
     } else {

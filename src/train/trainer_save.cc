@@ -202,7 +202,7 @@ int Trainer::finish(int64_t step, bool diverged, int signal, int64_t abandoned_m
   // The final save runs with the handlers still installed: a second Ctrl-C
   // cannot cut it short.
   if (!diverged && config_.checkpoint.enable && step > start_step_ &&
-      step % config_.checkpoint.interval != 0) {
+      !saves_after_step(config_, step)) {
     // The signal may have reached other ranks only, or not yet the watcher.
     if (signal && snapshot_) snapshot_->start();
     const bool snapshots = saved_by_snapshots(step);
