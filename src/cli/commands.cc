@@ -118,6 +118,53 @@ void check_environment() {
   }
 }
 
+// The checkpoint a training run starts from when checkpoint.load names
+// none: with checkpointing on, the latest in its folder (or
+// checkpoint.load_step's), as torchtitan resumes; else, where the folder has
+// none, checkpoint.initial_load_path. Sets checkpoint.load; says which.
+void choose_starting_checkpoint(JobConfig& config, FILE* notes) {
+  if (config.checkpoint.enable && config.checkpoint.load.empty() &&
+      !config.checkpoint.create_seed_checkpoint) {
+    const FoundCheckpoint latest = checkpoint_to_resume(config);
+    config.checkpoint.load = latest.path;
+    config.checkpoint.load_found_in_folder = !latest.path.empty();
+    if (config.checkpoint.load_found_in_folder) {
+      if (config.checkpoint.load_step >= 0)
+        std::fprintf(notes, "resuming from %s (checkpoint.load_step)\n", latest.path.c_str());
+      else
+        std::fprintf(notes,
+                     "resuming from %s, the latest checkpoint in checkpoint.folder (as "
+                     "torchtitan does; checkpoint.load names another, a new job.dump_folder "
+                     "starts afresh)\n",
+                     latest.path.c_str());
+      int64_t recorded = 0;
+      try {
+        recorded = read_checkpoint_info(latest.path).step;
+      } catch (const InputError& e) {
+        throw resume_error(config, e);
+      }
+      // Its saves would take the names of the steps after the one it
+      // records, and replace the files there: a renamed file is not resumed.
+      if (recorded != latest.step)
+        throw resume_error(
+            config, InputError("checkpoint error: '" + latest.path + "' records step " +
+                               std::to_string(recorded) + ", not the " +
+                               std::to_string(latest.step) + " of its name (a renamed file?)"));
+    }
+  }
+  // torchtitan's initial load: only where the run has no save of its own to resume.
+  if (config.checkpoint.load.empty() && !config.checkpoint.initial_load_path.empty() &&
+      !config.checkpoint.create_seed_checkpoint) {
+    config.checkpoint.load = config.checkpoint.initial_load_path;
+    config.checkpoint.load_weights_only = config.checkpoint.initial_load_model_weights_only;
+    std::fprintf(notes, "starting from %s (checkpoint.initial_load_path%s)\n",
+                 config.checkpoint.load.c_str(),
+                 config.checkpoint.load_weights_only
+                     ? ", its weights only: step 0, fresh AdamW moments, the data from its start"
+                     : ", its whole state");
+  }
+}
+
 int dispatch(int argc, char** argv, Communicator& comm) {
   check_environment();
   std::vector<std::string> args;
@@ -156,35 +203,7 @@ int dispatch(int argc, char** argv, Communicator& comm) {
     config.model.tokenizer_path.clear();
   }
   resolve_tokenizer(config);
-  if (c.command == "train" && config.checkpoint.enable && config.checkpoint.load.empty() &&
-      !config.checkpoint.create_seed_checkpoint) {
-    const FoundCheckpoint latest = checkpoint_to_resume(config);
-    config.checkpoint.load = latest.path;
-    config.checkpoint.load_found_in_folder = !latest.path.empty();
-    if (config.checkpoint.load_found_in_folder) {
-      if (config.checkpoint.load_step >= 0)
-        std::fprintf(notes, "resuming from %s (checkpoint.load_step)\n", latest.path.c_str());
-      else
-        std::fprintf(notes,
-                     "resuming from %s, the latest checkpoint in checkpoint.folder (as "
-                     "torchtitan does; checkpoint.load names another, a new job.dump_folder "
-                     "starts afresh)\n",
-                     latest.path.c_str());
-      int64_t recorded = 0;
-      try {
-        recorded = read_checkpoint_info(latest.path).step;
-      } catch (const InputError& e) {
-        throw resume_error(config, e);
-      }
-      // Its saves would take the names of the steps after the one it
-      // records, and replace the files there: a renamed file is not resumed.
-      if (recorded != latest.step)
-        throw resume_error(
-            config, InputError("checkpoint error: '" + latest.path + "' records step " +
-                               std::to_string(recorded) + ", not the " +
-                               std::to_string(latest.step) + " of its name (a renamed file?)"));
-    }
-  }
+  if (c.command == "train") choose_starting_checkpoint(config, notes);
   note_job_inputs(config);  // before planning, which may write a cost cache
   print_startup(config, notes);
   if (c.command == "train") return run_train(config, comm);  // ends the malloc warm-up itself

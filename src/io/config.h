@@ -155,6 +155,16 @@ struct JobConfig {
     int64_t load_step = -1;
     // torchtitan's: also save after step 1, to find a broken save early.
     bool enable_first_step_checkpoint = false;
+    // torchtitan's: the checkpoint a training run starts from when
+    // checkpoint.folder holds none to resume from (a run resuming its own
+    // saves ignores it). With initial_load_model_weights_only (torchtitan's
+    // default) its weights alone: the run starts at step 0 with fresh AdamW
+    // moments and the data from the start, as fine-tuning pretrained
+    // weights does; false: the whole saved state, as checkpoint.load.
+    std::string initial_load_path;
+    bool initial_load_model_weights_only = true;
+    // Not a key: checkpoint.load came from initial_load_path, weights only.
+    bool load_weights_only = false;
     // Not a key: set where `load` was not given but found, the latest
     // checkpoint in the folder (train resumes from it), so that a load
     // error can say why that file was read.

@@ -165,6 +165,8 @@ std::vector<Field> fields_of(JobConfig& c) {
       REMAT_FIELD(checkpoint, async_mode),
       REMAT_FIELD(checkpoint, load_step),
       REMAT_FIELD(checkpoint, enable_first_step_checkpoint),
+      REMAT_FIELD(checkpoint, initial_load_path),
+      REMAT_FIELD(checkpoint, initial_load_model_weights_only),
       REMAT_FIELD(validation, enabled),
       REMAT_FIELD(validation, dataset),
       REMAT_FIELD(validation, freq),

@@ -183,6 +183,9 @@ void validate_other_sections(const JobConfig& c, Validator& v) {
   v.require(c.checkpoint.load_step == -1 || c.checkpoint.enable, "checkpoint.load_step",
             "-1 unless checkpoint.enable is true (it picks the checkpoint of checkpoint.folder "
             "that a run with checkpointing on resumes from)");
+  v.require(c.checkpoint.initial_load_path.empty() || c.checkpoint.load.empty(),
+            "checkpoint.initial_load_path",
+            "empty when checkpoint.load names the checkpoint to start from (one or the other)");
   static const char* const kAsyncModes[] = {"disabled", "async", "async_with_pinned_mem"};
   v.require(one_of(c.checkpoint.async_mode, kAsyncModes), "checkpoint.async_mode",
             "\"disabled\", \"async\" or \"async_with_pinned_mem\"");

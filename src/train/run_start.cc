@@ -80,7 +80,8 @@ RankSettings state_settings(const JobConfig& config) {
     const std::string section = setting.first.substr(0, setting.first.find('.'));
     const bool shapes_state =
         section == "checkpoint"
-            ? setting.first == "checkpoint.load"
+            ? setting.first == "checkpoint.load" ||
+                  setting.first == "checkpoint.initial_load_model_weights_only"
             : !(section == "job" || section == "metrics" || section == "validation" ||
                 section == "comm" || section == "memory" || section == "profiling" ||
                 section == "activation_checkpoint");
@@ -192,7 +193,9 @@ TokenDataset load_data(const JobConfig& config, int64_t vocab_size) {
 // checkpoint.load); InputError for a file that is not a valid checkpoint.
 RunRecord read_saved_run(const JobConfig& config) {
   if (config.checkpoint.load.empty()) return RunRecord{};
-  return read_checkpoint_info(config.checkpoint.load).run;
+  const RunRecord saved = read_checkpoint_info(config.checkpoint.load).run;
+  // Weights only: the run is a new one, whatever the saving run did.
+  return config.checkpoint.load_weights_only ? RunRecord{} : saved;
 }
 
 // Fresh weights from training.seed, replaced by checkpoint.load's when given;
@@ -207,6 +210,7 @@ int64_t initialize_state(const JobConfig& config, Session& session, bool with_op
   // included) has the same memory profile, the one the planner predicts.
   if (with_optimizer) state.ensure_optimizer_state();
   if (config.checkpoint.load.empty()) return 0;
+  const bool moments = !config.checkpoint.load_weights_only;
   LoadedCheckpoint loaded;
   try {
     if (session.sharded) {
@@ -214,15 +218,20 @@ int64_t initialize_state(const JobConfig& config, Session& session, bool with_op
       Allocator file_books;
       ModelState full(*state.program, file_books, /*with_gradients=*/false);
       full.ensure_optimizer_state();
-      loaded = load_checkpoint(config.checkpoint.load, full, /*with_optimizer=*/true);
+      loaded = load_checkpoint(config.checkpoint.load, full, moments);
       session.sharded->load_full(full);
     } else {
-      loaded = load_checkpoint(config.checkpoint.load, state, /*with_optimizer=*/true);
+      loaded = load_checkpoint(config.checkpoint.load, state, moments);
     }
   } catch (const InputError& e) {
     throw resume_error(config, e);
   }
   const auto step = static_cast<long long>(loaded.step);
+  if (!moments) {
+    std::printf("loaded the weights of %s (saved at step %lld); training starts at step 1\n",
+                config.checkpoint.load.c_str(), step);
+    return 0;
+  }
   std::printf("loaded %s (step %lld)\n", config.checkpoint.load.c_str(), step);
   // From step 0 (a seed checkpoint, or pretrained weights) zero moments are
   // what any run starts with; later, the continued run differs from the one
