@@ -79,7 +79,9 @@ Trainer::Trainer(const JobConfig& config, const Setup& setup, Session& session, 
     snapshot_ =
         std::make_unique<StopSnapshot>([this](int64_t step) { write_snapshot(step); }, start_step);
   if (config.checkpoint.enable && config.checkpoint.async_mode != "disabled") {
-    if (comm.size() == 1) {
+    // Not under mpirun, even with one rank: the child would hold copies of
+    // MPI's connections (the stop snapshots' children close them first).
+    if (!comm.launched_by_mpi()) {
       background_ = std::make_unique<BackgroundSave>();
     } else if (leads()) {
       std::printf(

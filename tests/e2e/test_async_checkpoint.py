@@ -10,6 +10,8 @@
   the run at the next step boundary with exit 1 and a message naming the
   step and async_mode, after the child's own error; nothing of that step is
   left, and the next run saves it.
+- Under mpirun (2 ranks, and 1) the saves stay synchronous, the run says so,
+  and the checkpoints are those of "disabled".
 - An unknown async_mode is exit 2 naming the key and the values expected.
 
 Usage: test_async_checkpoint.py <path-to-remat>
@@ -24,6 +26,7 @@ import time
 from pathlib import Path
 
 REMAT = os.path.abspath(sys.argv[1])
+MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe"]  # as tests/dist/mpi_kit.py
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = str(REPO / "configs" / "llama3_debug.toml")
 SMALL = ["--training.seq_len", "32", "--training.local_batch_size", "2", "--model.dim", "64",
@@ -123,6 +126,23 @@ def main():
         out = train(dump, "async", "--training.steps", "2", "--checkpoint.interval", "2")
         check("the next run saves step 2", out.returncode == 0 and
               sorted(checkpoints(dump)) == ["step-2.safetensors"], out.stdout[-500:])
+
+        for ranks in (1, 2):
+            saves = {}
+            for mode in ("disabled", "async"):
+                dump = os.path.join(tmp, f"mpi{ranks}_{mode}")
+                out = subprocess.run(
+                    [*MPIRUN, "-np", str(ranks), *command(
+                        dump, mode, "--training.steps", "2", "--checkpoint.interval", "1",
+                        "--parallelism.data_parallel_replicate_degree", str(ranks))],
+                    capture_output=True, text=True, timeout=300)
+                saves[mode] = checkpoints(dump) if out.returncode == 0 else out.stderr[-400:]
+                if mode == "async":
+                    check(f"mpirun -np {ranks}: async says the saves stay synchronous",
+                          out.returncode == 0 and "not built for runs under mpirun" in out.stdout,
+                          out.stdout[-400:] + out.stderr[-400:])
+            check(f"mpirun -np {ranks}: the checkpoints are those of disabled",
+                  saves["async"] == saves["disabled"] and len(saves["async"]) == 2)
 
         out = train(os.path.join(tmp, "bad"), "sometimes", "--training.steps", "2")
         check("an unknown async_mode is exit 2 naming the key and the values",
