@@ -32,6 +32,7 @@ constexpr ForeignKey kTorchtitanOnly[] = {
     {"parallelism", "pipeline_parallel_degree", 'i', "not built", "1"},
     {"parallelism", "context_parallel_degree", 'i', "not built", "1"},
     {"parallelism", "expert_parallel_degree", 'i', "not built", "1"},
+    {"checkpoint", "exclude_from_loading", 'l', "not built", "[]"},
     {"float8", "enable_fsdp_float8_all_gather", 'b', "GPU-only", "false"},
     {"float8", "precompute_float8_dynamic_scale_for_fsdp", 'b', "GPU-only", "false"},
     {"float8", "filter_fqns", 'l', "GPU-only", ""},

@@ -571,6 +571,14 @@ TEST(Config, TorchtitanKeysAreAcceptedAndTheIgnoredOnesListed) {
             std::vector<std::string>{"training.compile (GPU-only)"});
 }
 
+// checkpoint.exclude_from_loading: an empty list asks for nothing; a
+// non-empty one is listed (the whole checkpoint is loaded).
+TEST(Config, ExcludeFromLoadingIsListedOnlyWhenItExcludesSomething) {
+  EXPECT_EQ(format_ignored_keys(parse("[checkpoint]\nexclude_from_loading = []\n")), "");
+  EXPECT_EQ(format_ignored_keys(parse("[checkpoint]\nexclude_from_loading = [\"dataloader\"]\n")),
+            "ignored on this engine: checkpoint.exclude_from_loading (not built)");
+}
+
 TEST(Config, TorchtitanKeysAreTypeChecked) {
   std::string e = error_of_toml("[parallelism]\ntensor_parallel_degree = \"8\"\n");
   EXPECT_NE(e.find("parallelism.tensor_parallel_degree = \"8\""), std::string::npos) << e;
