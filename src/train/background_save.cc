@@ -11,6 +11,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "train/stop_signal.h"
 
 namespace remat {
 
@@ -78,15 +79,7 @@ void BackgroundSave::reap(bool block) {
   // Out of the terminal's process group: Ctrl-C stops the run at its next
   // step boundary, which waits for this save, rather than cutting it short.
   ::setsid();
-  // The run's threads keep SIGINT and SIGTERM blocked (StopSignals); this
-  // process stops on them like any other.
-  sigset_t both;
-  sigemptyset(&both);
-  sigaddset(&both, SIGINT);
-  sigaddset(&both, SIGTERM);
-  ::signal(SIGINT, SIG_DFL);
-  ::signal(SIGTERM, SIG_DFL);
-  ::sigprocmask(SIG_UNBLOCK, &both, nullptr);
+  default_stop_signals_in_child();
   int status = 1;
   try {
     write();

@@ -55,6 +55,13 @@ void route_stop_signals_to_own_thread() {
   }).detach();
 }
 
+void default_stop_signals_in_child() {
+  const sigset_t both = stop_signal_set();
+  ::signal(SIGINT, SIG_DFL);
+  ::signal(SIGTERM, SIG_DFL);
+  ::sigprocmask(SIG_UNBLOCK, &both, nullptr);
+}
+
 StopSignals::StopSignals(std::function<void(int)> on_first) : on_first_(std::move(on_first)) {
   g_signal = 0;
   g_count = 0;

@@ -36,6 +36,11 @@ namespace remat {
 // real stack, where a handler is harmless.
 void route_stop_signals_to_own_thread();
 
+// In a child forked by a thread that keeps them blocked (a checkpoint
+// snapshot, a save in the background): SIGINT and SIGTERM back to their
+// default action and unblocked, so the child stops on them like any process.
+void default_stop_signals_in_child();
+
 class StopSignals {
  public:
   // Installs the handlers; with `on_first`, starts the thread that calls it

@@ -10,6 +10,8 @@
 #include <cstring>
 #include <utility>
 
+#include "train/stop_signal.h"
+
 namespace remat {
 
 StopSnapshot::StopSnapshot(std::function<void(int64_t)> write, int64_t start_step)
@@ -49,13 +51,7 @@ void StopSnapshot::fork_child(int64_t step) {
   ::setsid();  // out of the rank's process group, which Open MPI kills
   // The signal's watcher forks with both signals blocked, and the handlers
   // only record them: the child can be stopped like any other process.
-  sigset_t both;
-  sigemptyset(&both);
-  sigaddset(&both, SIGINT);
-  sigaddset(&both, SIGTERM);
-  ::signal(SIGINT, SIG_DFL);
-  ::signal(SIGTERM, SIG_DFL);
-  ::sigprocmask(SIG_UNBLOCK, &both, nullptr);
+  default_stop_signals_in_child();
   // Nothing of the rank's stays open here: its stdout and stderr lead to
   // mpirun, which is on its way out, and its connections (MPI) must close
   // when the rank dies, for the other ranks to see it.

@@ -9,6 +9,7 @@ namespace remat::cpu::detail {
 
 template <class V>
 struct AttentionForward : AttentionTiles<V> {
+  // The shared base's names, which a template does not see unqualified.
   using Tiles = AttentionTiles<V>;
   using Tiles::diagonal_keys_by_lanes;
   using Tiles::diagonal_lanes_over_keys;
