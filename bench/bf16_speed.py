@@ -2,7 +2,8 @@
 
 Trains the wide model (dim 1024, 8 layers, batch 2 x seq 1024, AC none) in
 fp32, in bf16 on oneDNN's and on remat's native AVX512-BF16 GEMM (where the
-CPU has avx512_bf16) and in bf16 on the fallback path (bf16 storage, fp32 sgemm), interleaved over
+CPU has avx512_bf16), in bf16 on the fallback path (bf16 storage, fp32 sgemm)
+and in bf16 on the GEMM remat chooses by itself, interleaved over
 --rounds rounds; reports the median and upper decile of tokens/s (the host's
 other tenants only ever slow steps down), the ratio to fp32, MFU as remat
 prints it (bf16 against the measured bf16 dot-product peak) and the
@@ -63,6 +64,18 @@ def train(remat, precision, kernel, avx2, steps, tmp):
     return rows
 
 
+def bf16_choice(remat):
+    """The start-up lines saying which GEMM bf16 matmuls run on, and why."""
+    env = {k: v for k, v in os.environ.items() if k not in ("REMAT_BF16_KERNEL", *AVX2)}
+    with tempfile.TemporaryDirectory() as tmp:
+        out = subprocess.run([remat, "train", *WIDE, "--training.mixed_precision_param",
+                              "bfloat16", "--model.n_layers", "1", "--training.steps", "1",
+                              "--job.dump_folder", tmp],
+                             check=True, capture_output=True, text=True, env=env).stdout
+    lines = [l for l in out.splitlines() if l.startswith(("mixed precision:", "bf16 matmuls:"))]
+    return " / ".join(lines)
+
+
 PAIRED = [("wide", WIDE, 16), ("llama3 debug", [
     "--config", "configs/llama3_debug.toml", "--training.threads", "2",
     "--validation.enabled", "false"], 20)]
@@ -99,6 +112,9 @@ def main():
         setups.append(("bf16, oneDNN AVX512-BF16 GEMM", "bfloat16", "onednn", False, "fp32"))
         setups.append(("bf16, native AVX512-BF16 GEMM", "bfloat16", "native", False, "fp32"))
     setups.append(("bf16, fallback (fp32 GEMM)", "bfloat16", "fallback", False, "fp32"))
+    # What a user gets: remat's choice by the measured speed of bf16 dot
+    # products against fp32 FMAs (README "bf16 mixed precision").
+    setups.append(("bf16, remat's choice", "bfloat16", None, False, "fp32"))
     setups.append(("fp32, AVX2 kernels", "float32", None, True, "fp32, AVX2 kernels"))
     setups.append(("bf16, AVX2 kernels (fallback)", "bfloat16", None, True,
                    "fp32, AVX2 kernels"))
@@ -119,6 +135,8 @@ def main():
     gemm = subprocess.run(gemm_rates, capture_output=True, text=True, check=True).stdout.strip()
     gemm_avx2 = subprocess.run(gemm_rates, capture_output=True, text=True, check=True,
                                env=dict(os.environ, **AVX2)).stdout.strip()
+    choice = bf16_choice(args.remat)
+    print(choice, flush=True)
     begin, end = markers("bf16")
     out = [begin, "## bf16 mixed precision against fp32", "",
            f"Command: `/usr/bin/python3 bench/bf16_speed.py --write` on {machine()}, "
@@ -130,7 +148,8 @@ def main():
            "where it is a brgemm kernel, else OpenBLAS: README \"fp32 matmuls\"); every "
            "row but the AVX2 ones is compared with it. The AVX2 rows run with REMAT_MAX_ISA=avx2 and "
            "OPENBLAS_CORETYPE=Haswell (an AVX2-only machine emulated) and compare with "
-           "fp32 on AVX2 kernels.", "",
+           "fp32 on AVX2 kernels. remat's choice, as its start-up printed it: "
+           f"\"{choice}\"", "",
            "| set-up | median tokens/s | upper decile | vs fp32 (median) | vs fp32 (upper "
            "decile) | MFU | peak MiB |", "|---|---:|---:|---:|---:|---:|---:|"]
     for name, _, _, _, fp32 in setups:

@@ -285,6 +285,13 @@ DevicePeak device_peak(const JobConfig& config, int threads, bool bf16) {
         "mixed precision: bf16 compute and activations, fp32 master weights, gradients "
         "and AdamW; matmuls on %s\n",
         cpu::to_string(cpu::bf16_gemm()));
+    if (cpu::bf16_gemm_chosen_by_speed()) {
+      std::printf(
+          "bf16 matmuls: this CPU's bf16 dot products run at %.2fx its fp32 FMA rate (one core, "
+          "best of %d runs of 1 ms each), so they %s (REMAT_BF16_KERNEL forces a choice)\n",
+          cpu::bf16_dot_speed(), cpu::kBf16DotSpeedRuns,
+          cpu::bf16_operands(cpu::bf16_gemm()) ? "take bf16 operands" : "compute in fp32");
+    }
   }
   return peak;
 }

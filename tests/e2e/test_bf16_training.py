@@ -13,7 +13,9 @@ avx512_bf16, else said skipped):
     bytes of one step to the byte in every mode it compares;
  4. kept activations take about half the bytes of fp32 (the fp32 statistics
     that stay, rstd and lse, are a few percent of them).
-Unset, REMAT_BF16_KERNEL takes oneDNN where the CPU has avx512_bf16. 
+Unset, REMAT_BF16_KERNEL takes oneDNN where the CPU has avx512_bf16 and its
+bf16 dot products outrun its fp32 FMAs (a measured ratio the run prints),
+else the fallback.
  5. a memory budget (modes memory_budget and auto) in bf16, on each kernel
     path: the solver's peak is the plan's and the allocator's, within the
     budget, proven optimal.
@@ -29,6 +31,7 @@ Usage: test_bf16_training.py <path-to-remat>
 import ctypes
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -201,8 +204,18 @@ def check_isa_cap(tmp, failures):
         default = run({})
         line = [l for l in default.stdout.splitlines() if l.startswith("mixed precision")]
         print(f"REMAT_BF16_KERNEL unset: exit {default.returncode}, {line}")
-        if default.returncode != 0 or not line or not line[0].endswith("oneDNN avx512_bf16"):
-            failures.append(f"default kernel: exit {default.returncode}, {line}")
+        # The default follows the measured speed of bf16 dot products against
+        # fp32 FMAs, which the next line states.
+        why = [l for l in default.stdout.splitlines() if l.startswith("bf16 matmuls:")]
+        print(f"  {why}")
+        speed = re.search(r"run at ([0-9.]+)x its fp32 FMA rate", why[0]) if why else None
+        want = ("oneDNN avx512_bf16" if speed and float(speed.group(1)) >= 1.0
+                else "fp32 fallback")
+        if default.returncode != 0 or not line or not speed or not line[0].endswith(want):
+            failures.append(f"default kernel: exit {default.returncode}, {line}, {why}")
+        pinned = run({"REMAT_BF16_KERNEL": "onednn"})
+        if [l for l in pinned.stdout.splitlines() if l.startswith("bf16 matmuls:")]:
+            failures.append("REMAT_BF16_KERNEL=onednn still printed the measured choice")
     cases = [({**avx2, "REMAT_BF16_KERNEL": "native"}, "REMAT_MAX_ISA"),
              ({**avx2, "REMAT_BF16_KERNEL": "onednn"}, "REMAT_MAX_ISA"),
              ({"REMAT_MAX_ISA": "avx512"}, "REMAT_MAX_ISA")]

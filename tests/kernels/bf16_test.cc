@@ -155,19 +155,37 @@ TEST(Bf16Gemm, MatchesFp64ReferenceInEveryLayout) {
   }
 }
 
-// Unset, REMAT_BF16_KERNEL takes oneDNN where it has a bf16 matmul, else the
-// native kernel where the CPU has avx512_bf16, else the fallback.
+// Unset, REMAT_BF16_KERNEL takes oneDNN where it has a bf16 matmul and this
+// CPU's bf16 dot products outrun its fp32 FMAs, else the native kernel on
+// such a CPU, else the fallback.
 TEST(Bf16Gemm, ChoiceFollowsTheEnvironmentAndTheCpu) {
   const char* env = std::getenv("REMAT_BF16_KERNEL");
   const std::string forced = env == nullptr ? "" : env;
-  const Bf16Gemm expected = forced == "fallback"              ? Bf16Gemm::kFallback
-                            : forced == "native"              ? Bf16Gemm::kNative
-                            : forced == "onednn"              ? Bf16Gemm::kOnednn
-                            : detail::onednn_bf16_available() ? Bf16Gemm::kOnednn
-                            : cpu_has_avx512_bf16()           ? Bf16Gemm::kNative
-                                                              : Bf16Gemm::kFallback;
-  EXPECT_EQ(bf16_gemm(), expected) << to_string(bf16_gemm());
-  if (!detail::onednn_bf16_available()) GTEST_SKIP() << "no oneDNN bf16 matmul on this CPU";
+  const bool dots = cpu_has_avx512_bf16();
+  const bool fast_dots = dots && bf16_dot_speed() >= kMinBf16DotSpeed;
+  const Bf16Gemm expected = forced == "fallback"                           ? Bf16Gemm::kFallback
+                            : forced == "native"                           ? Bf16Gemm::kNative
+                            : forced == "onednn"                           ? Bf16Gemm::kOnednn
+                            : fast_dots && detail::onednn_bf16_available() ? Bf16Gemm::kOnednn
+                            : fast_dots                                    ? Bf16Gemm::kNative
+                                                                           : Bf16Gemm::kFallback;
+  EXPECT_EQ(bf16_gemm(), expected) << to_string(bf16_gemm()) << ", dot speed " << bf16_dot_speed();
+  EXPECT_EQ(bf16_gemm_chosen_by_speed(), forced.empty() && dots);
+  if (!dots) {
+    EXPECT_EQ(bf16_dot_speed(), 0.0);
+  }
+}
+
+// The measured speed decides: a CPU whose bf16 dot products are slower than
+// its fp32 FMAs (0.45x on an Intel Xeon without AMX) computes in fp32.
+TEST(Bf16Gemm, DefaultTakesBf16OperandsOnlyWhereTheirDotProductsAreFaster) {
+  EXPECT_EQ(default_bf16_gemm(true, true, 2.0), Bf16Gemm::kOnednn);
+  EXPECT_EQ(default_bf16_gemm(true, false, 2.0), Bf16Gemm::kNative);
+  EXPECT_EQ(default_bf16_gemm(true, true, kMinBf16DotSpeed), Bf16Gemm::kOnednn);
+  EXPECT_EQ(default_bf16_gemm(true, true, 0.45), Bf16Gemm::kFallback);
+  EXPECT_EQ(default_bf16_gemm(true, false, 0.45), Bf16Gemm::kFallback);
+  EXPECT_EQ(default_bf16_gemm(false, false, 0.0), Bf16Gemm::kFallback);
+  EXPECT_EQ(default_bf16_gemm(false, true, 2.0), Bf16Gemm::kFallback);
 }
 
 // oneDNN sizes its work split by the OpenMP thread count when it creates a

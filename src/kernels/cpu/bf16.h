@@ -85,6 +85,22 @@ const char* to_string(Bf16Gemm gemm);
 // (false under REMAT_MAX_ISA=avx2, kernels.h).
 bool cpu_has_avx512_bf16();
 
+// The choice bf16_gemm makes unforced: the fallback without avx512_bf16 or
+// where a bf16 dot product does not outrun an fp32 FMA (`dot_speed`, the
+// ratio of their measured FLOP rates, below kMinBf16DotSpeed), else oneDNN
+// where it has a bf16 matmul (`onednn_bf16`), else the native kernel.
+constexpr double kMinBf16DotSpeed = 1.0;
+Bf16Gemm default_bf16_gemm(bool has_avx512_bf16, bool onednn_bf16, double dot_speed);
+// This CPU's bf16 dot-product FLOP rate over its fp32 FMA rate, on one core,
+// each the best of kBf16DotSpeedRuns runs of 1 ms (about 70 ms, measured once
+// per process); 0 without avx512_bf16. The ratios seen, 2 and 0.45, are far
+// from 1, so one machine makes the same choice at every start-up.
+constexpr int kBf16DotSpeedRuns = 20;
+double bf16_dot_speed();
+// Whether bf16_gemm chose by bf16_dot_speed (REMAT_BF16_KERNEL unset, the CPU
+// has avx512_bf16), for the start-up line that says so.
+bool bf16_gemm_chosen_by_speed();
+
 // Row-major C[M, N] = beta * C + op(A)[M, K] @ op(B)[K, N], beta 0 or 1, on
 // the calling thread only. op(A) is A (lda >= K) or, with trans_a, the
 // transpose of A stored [K, M] (lda >= M); likewise op(B).

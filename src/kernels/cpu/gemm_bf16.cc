@@ -251,13 +251,38 @@ Bf16Gemm choose_gemm() {
     throw InputError("REMAT_BF16_KERNEL=\"" + choice +
                      "\": expected onednn, native, fallback or unset");
   }
-  // oneDNN's matmul is the faster of the two bf16 GEMMs at every shape measured
-  // (bench/bf16_gemm_libraries.cc), in remat's row chunks too.
-  if (detail::onednn_bf16_available()) return Bf16Gemm::kOnednn;
-  return cpu_has_avx512_bf16() ? Bf16Gemm::kNative : Bf16Gemm::kFallback;
+  const bool dots = cpu_has_avx512_bf16();
+  return default_bf16_gemm(dots, dots && detail::onednn_bf16_available(),
+                           dots ? bf16_dot_speed() : 0.0);
 }
 
 }  // namespace
+
+Bf16Gemm default_bf16_gemm(bool has_avx512_bf16, bool onednn_bf16, double dot_speed) {
+  // bf16 operands pay only where a bf16 dot product (two products a lane)
+  // outruns an fp32 FMA: it does 2x on Zen 4 and Zen 5; on an Intel Xeon
+  // (family 6 model 207, AMX not exposed) it ran at 0.45x, and the wide
+  // model trained at 0.59x fp32's tokens/s on either bf16 GEMM against
+  // 0.98x on the fallback (bench/bf16_speed.py).
+  if (!has_avx512_bf16 || dot_speed < kMinBf16DotSpeed) return Bf16Gemm::kFallback;
+  // oneDNN's matmul is the faster of the two bf16 GEMMs at every shape measured
+  // (bench/bf16_gemm_libraries.cc), in remat's row chunks too.
+  return onednn_bf16 ? Bf16Gemm::kOnednn : Bf16Gemm::kNative;
+}
+
+double bf16_dot_speed() {
+  static const double speed = [] {
+    if (!cpu_has_avx512_bf16()) return 0.0;
+    const double fma = best_peak_flops(1, kBf16DotSpeedRuns);
+    return fma > 0.0 ? best_peak_flops_bf16(1, kBf16DotSpeedRuns) / fma : 0.0;
+  }();
+  return speed;
+}
+
+bool bf16_gemm_chosen_by_speed() {
+  const char* forced = std::getenv("REMAT_BF16_KERNEL");
+  return (forced == nullptr || *forced == '\0') && cpu_has_avx512_bf16();
+}
 
 bool cpu_has_avx512_bf16() {
   return !isa_capped_at_avx2() && __builtin_cpu_supports("avx512f") &&

@@ -33,9 +33,7 @@ Fp32Gemm choose_gemm() {
   // fresh gradients without a memset; capped at AVX2, oneDNN runs its older
   // gemm:jit, 6-11% slower than OpenBLAS. So oneDNN where its f32 matmul is
   // a brgemm one.
-  const std::string impl = detail::onednn_f32_implementation(false, false, 256, 256, 256, 256, 256,
-                                                             CWrite::kOverwrite, 256);
-  return impl.rfind("brg", 0) == 0 ? Fp32Gemm::kOnednn : Fp32Gemm::kOpenblas;
+  return detail::onednn_f32_is_brgemm() ? Fp32Gemm::kOnednn : Fp32Gemm::kOpenblas;
 }
 
 // ScopedFp32Gemm's choice: -1 when none is in scope, else a Fp32Gemm.
@@ -48,7 +46,13 @@ void zero_c(int64_t m, int64_t n, float* c, int64_t ldc) {
 }  // namespace
 
 Fp32Gemm fp32_gemm() {
-  static const Fp32Gemm gemm = choose_gemm();
+  static const Fp32Gemm gemm = [] {
+    // OpenBLAS stays single-threaded from the first GEMM on, not only once
+    // set_num_threads has run: its threads would split k into partial sums
+    // whose order changes the bits.
+    openblas_set_num_threads(1);
+    return choose_gemm();
+  }();
   const int forced = g_forced.load(std::memory_order_relaxed);
   return forced < 0 ? gemm : static_cast<Fp32Gemm>(forced);
 }

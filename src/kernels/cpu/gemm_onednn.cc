@@ -374,4 +374,11 @@ std::string onednn_f32_implementation(bool trans_a, bool trans_b, int64_t m, int
   return describe(data_dependent_shapes() ? rows_at_run_time(s) : s).impl_info_str();
 }
 
+bool onednn_f32_is_brgemm() {
+  const OneOmpThread one;
+  const Shape s{
+      memory::data_type::f32, false, false, CWrite::kOverwrite, 256, 256, 256, 256, 256, 256};
+  return std::string(describe(s).impl_info_str()).rfind("brg", 0) == 0;
+}
+
 }  // namespace remat::cpu::detail

@@ -62,6 +62,11 @@ void gemm_onednn_f32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k
 std::string onednn_f32_implementation(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                                       int64_t lda, int64_t ldb, CWrite write, int64_t ldc);
 
+// Whether oneDNN's f32 matmul runs a brgemm kernel at a fixed 256 x 256 x
+// 256 shape, whatever DataDependentShapes scope is open (gemm_fp32's choice:
+// made on the first GEMM, which may be an MoE expert's).
+bool onednn_f32_is_brgemm();
+
 // The next block gemm_onednn cuts from the `rest` rows (or k-values) of a
 // dimension it has not run yet: `size` of them, run as `padded` (size
 // rounded up to a multiple of 16, zero-padded, where it is a ragged last
