@@ -5,8 +5,10 @@ writing to a temporary file and renaming it so a crash never truncates it.
 Each kind of CPU has its own file, so one CPU's results never replace
 another's: BENCHMARKS.md holds Zen 5's (family 26, and any CPU not named
 below), docs/benchmarks-zen4.md Zen 4's (family 25 with AVX-512),
-docs/benchmarks-zen3.md Zen 3's (family 25, AVX2 only). A script picks the
-file of the CPU it runs on; REMAT_BENCHMARKS_FILE names another."""
+docs/benchmarks-zen3.md Zen 3's (family 25, AVX2 only),
+docs/benchmarks-intel-xeon.md an Intel Xeon's (GenuineIntel, family 6). A
+script picks the file of the CPU it runs on; REMAT_BENCHMARKS_FILE names
+another."""
 import argparse
 import os
 import re
@@ -20,6 +22,8 @@ def _cpuinfo_field(info, name):
 def file_for_this_cpu():
     """The benchmarks file of the CPU this runs on (see the module's text)."""
     info = open("/proc/cpuinfo").read().splitlines()
+    if _cpuinfo_field(info, "vendor_id") == "GenuineIntel":
+        return "docs/benchmarks-intel-xeon.md"
     if _cpuinfo_field(info, "cpu family") != "25":
         return "BENCHMARKS.md"
     avx512 = "avx512f" in _cpuinfo_field(info, "flags").split()
