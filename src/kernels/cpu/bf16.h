@@ -30,6 +30,7 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "kernels/cpu/gemm_write.h"
@@ -80,6 +81,10 @@ inline bool bf16_operands(Bf16Gemm gemm) { return gemm != Bf16Gemm::kFallback; }
 // The implementation gemm_bf16 uses in this process (see above); throws
 // InputError for a REMAT_BF16_KERNEL it cannot honour.
 Bf16Gemm bf16_gemm();
+// REMAT_BF16_KERNEL's choice, or none where it is unset or empty; the same
+// InputError as bf16_gemm. Checks the variable without bf16_gemm's timing of
+// the CPU, which only a bf16 run needs.
+std::optional<Bf16Gemm> forced_bf16_gemm();
 const char* to_string(Bf16Gemm gemm);
 // Whether this CPU has the avx512_bf16 instructions the native path needs
 // (false under REMAT_MAX_ISA=avx2, kernels.h).

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -230,27 +231,7 @@ void gemm_fallback(bool ta, int64_t m, const bf16* a, int64_t lda, const Prepare
 }
 
 Bf16Gemm choose_gemm() {
-  const char* forced = std::getenv("REMAT_BF16_KERNEL");
-  const std::string choice = forced == nullptr ? "" : forced;
-  if (choice == "fallback") return Bf16Gemm::kFallback;
-  if (choice == "native" || choice == "onednn") {
-    if (!cpu_has_avx512_bf16()) {
-      throw InputError("REMAT_BF16_KERNEL=" + choice +
-                       ", but this CPU has no avx512_bf16 (or REMAT_MAX_ISA=avx2 hides it): unset "
-                       "it or use fallback");
-    }
-    if (choice == "native") return Bf16Gemm::kNative;
-    if (!detail::onednn_bf16_available()) {
-      throw InputError(
-          "REMAT_BF16_KERNEL=onednn, but oneDNN offers no bf16 matmul beyond its reference one "
-          "here: unset it or use native or fallback");
-    }
-    return Bf16Gemm::kOnednn;
-  }
-  if (!choice.empty()) {
-    throw InputError("REMAT_BF16_KERNEL=\"" + choice +
-                     "\": expected onednn, native, fallback or unset");
-  }
+  if (const std::optional<Bf16Gemm> forced = forced_bf16_gemm()) return *forced;
   const bool dots = cpu_has_avx512_bf16();
   return default_bf16_gemm(dots, dots && detail::onednn_bf16_available(),
                            dots ? bf16_dot_speed() : 0.0);
@@ -279,10 +260,30 @@ double bf16_dot_speed() {
   return speed;
 }
 
-bool bf16_gemm_chosen_by_speed() {
+std::optional<Bf16Gemm> forced_bf16_gemm() {
   const char* forced = std::getenv("REMAT_BF16_KERNEL");
-  return (forced == nullptr || *forced == '\0') && cpu_has_avx512_bf16();
+  const std::string choice = forced == nullptr ? "" : forced;
+  if (choice.empty()) return std::nullopt;
+  if (choice == "fallback") return Bf16Gemm::kFallback;
+  if (choice == "native" || choice == "onednn") {
+    if (!cpu_has_avx512_bf16()) {
+      throw InputError("REMAT_BF16_KERNEL=" + choice +
+                       ", but this CPU has no avx512_bf16 (or REMAT_MAX_ISA=avx2 hides it): unset "
+                       "it or use fallback");
+    }
+    if (choice == "native") return Bf16Gemm::kNative;
+    if (!detail::onednn_bf16_available()) {
+      throw InputError(
+          "REMAT_BF16_KERNEL=onednn, but oneDNN offers no bf16 matmul beyond its reference one "
+          "here: unset it or use native or fallback");
+    }
+    return Bf16Gemm::kOnednn;
+  }
+  throw InputError("REMAT_BF16_KERNEL=\"" + choice +
+                   "\": expected onednn, native, fallback or unset");
 }
+
+bool bf16_gemm_chosen_by_speed() { return !forced_bf16_gemm() && cpu_has_avx512_bf16(); }
 
 bool cpu_has_avx512_bf16() {
   return !isa_capped_at_avx2() && __builtin_cpu_supports("avx512f") &&
