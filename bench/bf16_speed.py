@@ -165,7 +165,8 @@ def main():
             "fp32 and bf16 steps alternate, each on its own model state and the same batches, "
             "after 2 warm-up pairs; bf16 speed = median over pairs of fp32 step time / bf16 "
             "step time, with its quartiles. bf16 runs remat's default bf16 kernel for the ISA "
-            "(the fallback on AVX2).", "",
+            "(the fallback on AVX2, and where the CPU's bf16 dot products are slower than its "
+            "fp32 FMAs).", "",
             "| kernels | model | pairs | fp32 step s | bf16 step s | bf16 speed vs fp32 | "
             "quartiles |", "|---|---|---:|---:|---:|---:|---|"]
     for name, avx2, r in pairs:
