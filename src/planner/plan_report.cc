@@ -6,8 +6,10 @@
 
 #include "ac/report.h"
 #include "core/format.h"
+#include "kernels/cpu/bf16.h"
 #include "planner/explain.h"
 #include "planner/job_options.h"
+#include "planner/setup.h"
 #include "planner/throughput.h"
 
 namespace remat {
@@ -107,6 +109,11 @@ void print_plan_json(const PlanReport& r, const JobConfig& config,
               {"data_parallel_shard_degree", r.planner.shard_degree},
               {"compute_dtype", r.planner.bf16_compute ? "bfloat16" : "float32"},
               {"device_memory_bytes", r.planner.device_memory}};
+  // The CPU engine's bf16 GEMM path, whose copies the plan books; null
+  // where the plan is fp32 or priced for sharded devices.
+  j["run"]["bf16_matmuls"] = runs_bf16(config, r.planner)
+                                 ? nlohmann::json(cpu::to_string(cpu::bf16_gemm()))
+                                 : nlohmann::json(nullptr);
   j["configured"] = to_json(r.chosen);
   if (r.budget_mode) {
     j["budget"] = {{"budget_bytes", r.budget.budget},
@@ -174,6 +181,12 @@ void print_plan_text(const PlanReport& r, const JobConfig& config,
       planner.bf16_compute ? "bf16" : "fp32", static_cast<long long>(planner.shard_degree),
       planner.device_memory > 0 ? ", device memory " : "",
       planner.device_memory > 0 ? format_bytes(planner.device_memory).c_str() : "");
+  if (runs_bf16(config, planner)) {
+    // The bookings differ by path (bf16 weight and gradient copies exist
+    // only where the GEMM takes bf16 operands), and the path by CPU.
+    std::printf("  bf16 matmuls on %s, as `remat train` on this CPU runs them\n",
+                cpu::to_string(cpu::bf16_gemm()));
+  }
   std::printf("  memory at the peak moment, per device (GiB); * = the configured mode\n");
   std::fputs(format_table(r.rows, r.configured_row).c_str(), stdout);
   std::printf("  configured: %s\n", r.chosen.mode.c_str());

@@ -125,8 +125,14 @@ def check_plan(model, config, kernel, tmp, failures):
     if plan.returncode != 0:
         failures.append(f"{model}: remat plan failed: {plan.stderr}")
         return
+    plan_json = json.loads(plan.stdout)
+    path = {"fallback": "fp32 fallback", "native": "avx512_bf16",
+            "onednn": "oneDNN avx512_bf16"}[kernel]
+    if plan_json["run"]["bf16_matmuls"] != path:
+        failures.append(f"{model}: plan [{kernel}] says bf16 matmuls on "
+                        f"{plan_json['run']['bf16_matmuls']!r}, not {path!r}")
     kept = {}
-    for row in json.loads(plan.stdout)["modes"]:
+    for row in plan_json["modes"]:
         args = MODES.get(row["name"])
         if args is None:
             continue  # "op configured" repeats one of the others
